@@ -1,0 +1,3 @@
+from cronlock.cli import main
+
+main()

@@ -1,0 +1,338 @@
+"""The ``cronlock`` command line (click). ``asyncio.run`` lives here and nowhere else.
+
+Exit codes (DESIGN.md): 0 completed or skipped, 1 the run failed and rolled back, 2 usage or
+configuration error (one line on stderr, never a traceback), 3 partial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar
+
+import click
+from sqlalchemy.exc import DBAPIError
+
+from . import embedded, schema
+from .app import App
+from .database import Database
+from .errors import CronlockError, DatabaseUnavailable
+from .loader import load_app
+from .periodic import RunResult, RunStatus
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "cli", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_PARTIAL = 3
+
+T = TypeVar("T")
+
+
+class UsageFailure(click.ClickException):
+    exit_code = EXIT_USAGE
+
+
+@dataclass
+class Options:
+    app_spec: str
+    app_given: bool
+    database_url: str | None
+    schema: str | None
+
+    def load_app(self) -> App:
+        return load_app(self.app_spec)
+
+    def database(self, app: App | None = None) -> Database:
+        url = self.database_url or (app.database_url if app else None)
+        if url is None:
+            url = embedded.start()
+            click.echo(
+                f"cronlock: using the embedded PostgreSQL in {embedded.data_directory()} "
+                "(set CRONLOCK_DATABASE_URL to use your own)",
+                err=True,
+            )
+        if app is not None:
+            return app.use_database(url, schema=self.schema)
+        return Database(url, schema=self.schema or "cronlock")
+
+
+class CronlockGroup(click.Group):
+    """Turns cronlock's errors into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CronlockError as exc:
+            raise UsageFailure(str(exc)) from None
+        except (OSError, DBAPIError, TimeoutError) as exc:
+            original = getattr(exc, "orig", None) or exc
+            raise UsageFailure(f"database error: {type(original).__name__}: {original}") from None
+
+
+def _run(coro_fn: Callable[[], Awaitable[T]], *closing: App | Database) -> T:
+    async def main() -> T:
+        try:
+            return await coro_fn()
+        finally:
+            for item in closing:
+                await (item.aclose() if isinstance(item, App) else item.dispose())
+
+    return asyncio.run(main())
+
+
+def _exit(code: int) -> NoReturn:
+    sys.exit(code)
+
+
+@click.group(cls=CronlockGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--app",
+    "app_spec",
+    envvar="CRONLOCK_APP",
+    default=None,
+    help="MODULE[:ATTR] holding the cronlock App (env CRONLOCK_APP; default: tasks).",
+)
+@click.option(
+    "--database-url",
+    envvar="CRONLOCK_DATABASE_URL",
+    help="postgresql://… (env CRONLOCK_DATABASE_URL; default: the embedded PostgreSQL).",
+)
+@click.option("--schema", envvar="CRONLOCK_SCHEMA", help="PostgreSQL schema for cronlock's tables.")
+@click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
+@click.version_option(package_name="cronlock")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    app_spec: str | None,
+    database_url: str | None,
+    schema: str | None,
+    verbose: int,
+) -> None:
+    """Periodic tasks and a job queue that need nothing but PostgreSQL."""
+    logging.basicConfig(
+        level=max(logging.WARNING - 10 * verbose, logging.DEBUG),
+        format="cronlock: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    ctx.obj = Options(
+        app_spec=app_spec or "tasks",
+        app_given=app_spec is not None,
+        database_url=database_url,
+        schema=schema,
+    )
+
+
+pass_options = click.make_pass_decorator(Options)
+
+
+@cli.command()
+@pass_options
+def migrate(options: Options) -> None:
+    """Create or upgrade cronlock's schema (idempotent)."""
+    app = options.load_app() if options.app_given else None
+    database = options.database(app)
+    try:
+        _run(lambda: schema.upgrade(database), database)
+    except (OSError, DBAPIError, TimeoutError) as exc:
+        raise DatabaseUnavailable(schema.describe_connection_error(database, exc)) from None
+    click.echo(
+        f"cronlock: schema {database.schema!r} is at revision {schema.head_revision()} "
+        f"in {database.display_url}"
+    )
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_options
+def list_tasks(options: Options, as_json: bool) -> None:
+    """Periodic tasks: name, cron, timezone, lock key, next fire time."""
+    app = options.load_app()
+    now = datetime.now(UTC)
+    rows = []
+    for task in sorted(app.tasks.values(), key=lambda t: t.name):
+        upcoming = task.schedule.next_fire_time(now)
+        rows.append(
+            {
+                "name": task.name,
+                "cron": task.schedule.expression,
+                "timezone": task.schedule.timezone.key,
+                "namespace": task.namespace,
+                "lock": [task.lock_namespace, task.lock_key],
+                "next_fire_time": upcoming.astimezone(task.schedule.timezone).isoformat()
+                if upcoming
+                else None,
+                "next_fire_time_utc": upcoming.isoformat() if upcoming else None,
+                "description": task.description,
+            }
+        )
+    if as_json:
+        click.echo(json.dumps({"tasks": rows}))
+        return
+    if not rows:
+        click.echo("no periodic tasks registered")
+        return
+    header = ("NAME", "CRON", "TIMEZONE", "LOCK (ns, key)", "NEXT (UTC)")
+    table: list[tuple[str, ...]] = [header]
+    for task in sorted(app.tasks.values(), key=lambda t: t.name):
+        upcoming = task.schedule.next_fire_time(now)
+        table.append(
+            (
+                task.name,
+                task.schedule.expression,
+                task.schedule.timezone.key,
+                f"{task.namespace} ({task.lock_namespace}, {task.lock_key})",
+                upcoming.isoformat() if upcoming else "never",
+            )
+        )
+    _print_table(table)
+
+
+def _print_table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo(
+            "  ".join(
+                str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)
+            ).rstrip()
+        )
+
+
+def exit_code(result: RunResult, skipped_exit_code: int = EXIT_OK) -> int:
+    return {
+        RunStatus.COMPLETED: EXIT_OK,
+        RunStatus.SKIPPED: skipped_exit_code,
+        RunStatus.FAILED: EXIT_FAILED,
+        RunStatus.PARTIAL: EXIT_PARTIAL,
+    }[result.status]
+
+
+def describe(result: RunResult) -> list[str]:
+    """A run's outcome in a few readable lines."""
+    if result.status is RunStatus.SKIPPED:
+        return [f"{result.task}: skipped ({result.skip_reason}: another run holds the lock)"]
+    lines = [
+        f"{result.task}: {result.status.value} — {result.items_ok} items ok, "
+        f"{result.items_failed} failed, {result.duration_ms:.0f} ms (slot {_iso(result.slot)})"
+    ]
+    if result.error:
+        lines.append(f"  error: {result.error} (nothing of the run was committed)")
+    for failure in result.failures[:20]:
+        lines.append(f"  item {failure.item}: {failure.error_type}: {failure.message}")
+    if result.items_failed > 20:
+        lines.append(f"  … and {result.items_failed - 20} more (cronlock status --json)")
+    return lines
+
+
+def _iso(moment: datetime | None) -> str:
+    return moment.isoformat() if moment else "none"
+
+
+@cli.command("run")
+@click.argument("task")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--skipped-exit-code",
+    type=click.IntRange(0, 255),
+    default=EXIT_OK,
+    show_default=True,
+    help="Exit code for a skipped run (for systemd or Kubernetes).",
+)
+@pass_options
+def run_task(options: Options, task: str, as_json: bool, skipped_exit_code: int) -> None:
+    """One run of TASK now, under its lock."""
+    app = options.load_app()
+    app.task(task)  # an unknown task fails before any connection is made
+    database = options.database(app)
+
+    async def go() -> RunResult:
+        await schema.ensure_ready(database)
+        return await app.run(task)
+
+    result = _run(go, app)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+    else:
+        for line in describe(result):
+            click.echo(line)
+    _exit(exit_code(result, skipped_exit_code))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=5,
+    show_default=True,
+    help="Runs shown per task.",
+)
+@pass_options
+def status(options: Options, as_json: bool, limit: int) -> None:
+    """Last runs per task."""
+    from .status import collect
+
+    app = options.load_app()
+    database = options.database(app)
+
+    async def go() -> dict[str, Any]:
+        await schema.ensure_ready(database)
+        return await collect(app, database, limit=limit)
+
+    report = _run(go, app)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    for entry in report["tasks"]:
+        runs = entry["last_runs"]
+        click.echo(f"{entry['task']}: " + ("never ran" if not runs else f"last {len(runs)} runs"))
+        for run in runs:
+            detail = (
+                run["error"]
+                or run["skip_reason"]
+                or (f"{run['items_ok']} ok, {run['items_failed']} failed")
+            )
+            click.echo(f"  {run['started_at']}  {run['status']:<9}  {detail}")
+
+
+@cli.command()
+@pass_options
+def crontab(options: Options) -> None:
+    """Print crontab lines for the registered tasks."""
+    from .crontab import render
+
+    click.echo(render(options.load_app(), options.app_spec), nl=False)
+
+
+@cli.command()
+@pass_options
+def demo(options: Options) -> None:
+    """The whole story on the embedded default, end to end, with a summary."""
+    from .demo import run_demo
+
+    app = options.load_app()
+    setup = getattr(sys.modules.get(options.app_spec.partition(":")[0]), "setup_demo", None)
+    if setup is None or "reindex-fts" not in app.tasks:
+        raise UsageFailure(
+            "the demo runs the examples in tasks/: run it from the cronlock repository "
+            "(or pass --app tasks)"
+        )
+    where = (
+        f"the embedded PostgreSQL in {embedded.data_directory()}"
+        if options.database_url is None and app.database_url is None
+        else "your database"
+    )
+    database = options.database(app)
+    lines = _run(lambda: run_demo(app, database, setup, where), app)
+    for line in lines:
+        click.echo(line)
+
+
+def main() -> None:
+    cli(prog_name="cronlock")

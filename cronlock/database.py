@@ -1,0 +1,101 @@
+"""Where cronlock's database is and how to talk to it: URLs, the async engine, sessions.
+
+Accepts the URLs people already have (``postgres://``, ``postgresql://``) as well as
+SQLAlchemy's ``postgresql+asyncpg://`` and always drives asyncpg. The schema holding
+cronlock's tables is applied with ``schema_translate_map``, never by formatting SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import unquote
+
+from sqlalchemy import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
+
+from .errors import ConfigurationError
+from .tables import SCHEMA
+
+__all__ = ["Database", "normalize_url"]
+
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_DRIVERS = {"postgres", "postgresql", "postgresql+asyncpg"}
+# libpq spells TLS "sslmode"; asyncpg's keyword is "ssl" and takes the same values.
+_LIBPQ_RENAMES = {"sslmode": "ssl"}
+
+
+def normalize_url(url: str | URL) -> URL:
+    """The SQLAlchemy asyncpg URL for a PostgreSQL URL as users write them."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except (ArgumentError, ValueError):
+        raise ConfigurationError(f"not a database URL: {_redact(str(url))!r}") from None
+    if parsed.drivername not in _DRIVERS:
+        raise ConfigurationError(
+            f"unsupported database URL scheme {parsed.drivername!r}: "
+            "use postgresql://user@host:port/dbname"
+        )
+    query = {_LIBPQ_RENAMES.get(k, k): v for k, v in parsed.query.items()}
+    return parsed.set(drivername="postgresql+asyncpg", query=query)
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)
+
+
+class Database:
+    """A PostgreSQL database and the schema that holds cronlock's tables in it."""
+
+    def __init__(self, url: str | URL, *, schema: str = SCHEMA, echo: bool = False) -> None:
+        if not _SCHEMA_NAME.match(schema):
+            raise ConfigurationError(
+                f"invalid schema name {schema!r}: use lower-case letters, digits and _"
+            )
+        self.url = normalize_url(url)
+        self.schema = schema
+        self.echo = echo
+        self._base: AsyncEngine | None = None
+        self._engine: AsyncEngine | None = None
+
+    def __repr__(self) -> str:
+        return f"Database({self.display_url!r}, schema={self.schema!r})"
+
+    @property
+    def display_url(self) -> str:
+        """The URL as users write it, password hidden, for messages."""
+        shown = self.url.set(drivername="postgresql")
+        if shown.password is not None:
+            shown = shown.set(password="***" if shown.password else None)
+        return unquote(shown.render_as_string(hide_password=False))
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            self._base = create_async_engine(
+                self.url,
+                echo=self.echo,
+                connect_args={"server_settings": {"application_name": "cronlock"}},
+            )
+            self._engine = self._base
+            if self.schema != SCHEMA:
+                self._engine = self._base.execution_options(
+                    schema_translate_map={SCHEMA: self.schema}
+                )
+        return self._engine
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            yield conn
+
+    def session(self, conn: AsyncConnection | None = None) -> AsyncSession:
+        """An ORM session on its own pooled connection, or bound to ``conn``."""
+        return AsyncSession(conn if conn is not None else self.engine, expire_on_commit=False)
+
+    async def dispose(self) -> None:
+        if self._base is not None:
+            await self._base.dispose()
+            self._base = self._engine = None

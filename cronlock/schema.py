@@ -1,0 +1,99 @@
+"""cronlock's schema in a database: migrating it, and checking it before work starts.
+
+The alembic scripts live in the repository's top-level ``migrations/`` and are shipped in the
+wheel as ``cronlock/_migrations``; whichever exists is used. Migrations run on one connection
+in one transaction, under an advisory lock, so ``cronlock migrate`` is idempotent and safe to
+start from several hosts at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, ProgrammingError
+
+from . import queries
+from .database import Database
+from .errors import DatabaseUnavailable
+
+__all__ = ["downgrade", "ensure_ready", "head_revision", "migrations_directory", "upgrade"]
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def migrations_directory() -> Path:
+    for candidate in (_PACKAGE / "_migrations", _PACKAGE.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise DatabaseUnavailable("cronlock's migrations are missing from this installation")
+
+
+def _config(database: Database | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_directory()))
+    if database is not None:
+        config.attributes["schema"] = database.schema
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+async def _alembic(database: Database, action: str, revision: str) -> None:
+    config = _config(database)
+
+    def run(connection: Connection) -> None:
+        config.attributes["connection"] = connection
+        getattr(command, action)(config, revision)
+
+    async with database.engine.begin() as conn:
+        await conn.run_sync(run)
+
+
+async def upgrade(database: Database, revision: str = "head") -> None:
+    await _alembic(database, "upgrade", revision)
+
+
+async def downgrade(database: Database, revision: str = "base") -> None:
+    await _alembic(database, "downgrade", revision)
+
+
+async def current_revision(database: Database) -> str | None:
+    """The schema's revision, or None where cronlock's schema is not installed."""
+    async with database.connect() as conn:
+        try:
+            return (await conn.execute(queries.SCHEMA_REVISION)).scalar_one_or_none()
+        except ProgrammingError:  # the version table does not exist
+            return None
+
+
+async def ensure_ready(database: Database) -> None:
+    """Fail with one clear line unless the database is reachable and migrated to head."""
+    try:
+        revision = await current_revision(database)
+    except (OSError, DBAPIError, TimeoutError) as exc:
+        raise DatabaseUnavailable(describe_connection_error(database, exc)) from None
+    if revision is None:
+        raise DatabaseUnavailable(
+            f"cronlock's schema {database.schema!r} is not installed in "
+            f"{database.display_url}: run `cronlock migrate`"
+        )
+    head = head_revision()
+    if revision != head:
+        raise DatabaseUnavailable(
+            f"cronlock's schema is at revision {revision}, this cronlock needs {head}: "
+            "run `cronlock migrate`"
+        )
+
+
+def describe_connection_error(database: Database, exc: BaseException) -> str:
+    original = getattr(exc, "orig", None) or exc
+    detail = str(original).strip().splitlines()[0] if str(original).strip() else ""
+    return f"cannot connect to {database.display_url}: {type(original).__name__}: {detail}"
