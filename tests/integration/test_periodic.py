@@ -1,0 +1,118 @@
+"""A run: lock, savepoint per item, one recorded outcome (issue 2's acceptance, in process)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select, text
+from testapps import items
+
+from cronlock import Database, RunStatus
+from cronlock.tables import runs
+
+
+async def _create_scratch(database: Database) -> None:
+    async with database.engine.begin() as conn:
+        await conn.run_sync(items.scratch.create_all)
+
+
+async def _count(database: Database, statement: object) -> int:
+    async with database.connect() as conn:
+        return int((await conn.execute(statement)).scalar_one())  # type: ignore[call-overload]
+
+
+async def _runs(database: Database) -> list[dict[str, object]]:
+    async with database.connect() as conn:
+        rows = await conn.execute(select(runs).order_by(runs.c.id))
+        return [dict(row) for row in rows.mappings()]
+
+
+async def test_failing_items_roll_back_alone(database: Database) -> None:
+    await _create_scratch(database)
+    app = items.app
+    app.use_database(str(database.url))
+    try:
+        result = await app.run("thousand")
+    finally:
+        await app.aclose()
+
+    assert result.status is RunStatus.PARTIAL
+    assert (result.items_ok, result.items_failed) == (990, 10)
+    committed = await _count(database, select(func.count()).select_from(items.processed))
+    assert committed == 990
+    failed_rows = await _count(
+        database,
+        select(func.count())
+        .select_from(items.processed)
+        .where(items.processed.c.item.in_(items.FAILING)),
+    )
+    assert failed_rows == 0
+    [row] = await _runs(database)
+    assert row["status"] == "partial"
+    assert (row["items_ok"], row["items_failed"]) == (990, 10)
+    failures = row["failures"]
+    assert isinstance(failures, list)
+    assert {f["item"] for f in failures} == {str(i) for i in items.FAILING}
+    assert {f["error_type"] for f in failures} == {"ValueError"}
+    assert failures[0]["message"] == "item 7 is bad"
+    assert row["id"] == result.run_id
+
+
+async def test_body_that_raises_commits_nothing(database: Database) -> None:
+    await _create_scratch(database)
+    app = items.app
+    app.use_database(str(database.url))
+    try:
+        result = await app.run("explode")
+    finally:
+        await app.aclose()
+
+    assert result.status is RunStatus.FAILED
+    assert result.error == "RuntimeError: the body blew up"
+    assert await _count(database, select(func.count()).select_from(items.processed)) == 0
+    [row] = await _runs(database)
+    assert row["status"] == "failed"
+    assert row["error"] == "RuntimeError: the body blew up"
+    assert row["items_ok"] == 0
+
+
+async def test_busy_lock_skips_and_records(database: Database) -> None:
+    await _create_scratch(database)
+    app = items.app
+    app.use_database(str(database.url))
+    task = app.task("thousand")
+    try:
+        async with database.connect() as holder:
+            await holder.execute(
+                text("SELECT pg_advisory_xact_lock(:ns, :key)"),
+                {"ns": task.lock_namespace, "key": task.lock_key},
+            )
+            result = await app.run("thousand")
+            await holder.rollback()
+        after = await app.run("thousand")
+    finally:
+        await app.aclose()
+
+    assert result.status is RunStatus.SKIPPED
+    assert result.skip_reason == "lock_busy"
+    assert after.status is RunStatus.PARTIAL  # the lock ended with the holder's transaction
+    statuses = [row["status"] for row in await _runs(database)]
+    assert statuses == ["skipped", "partial"]
+
+
+async def test_run_records_slot_host_and_pid(database: Database) -> None:
+    await _create_scratch(database)
+    app = items.app
+    app.use_database(str(database.url))
+    moment = datetime(2026, 11, 29, 10, 17, 2, tzinfo=UTC)
+    try:
+        result = await app.run("thousand", now=moment)
+    finally:
+        await app.aclose()
+
+    assert result.slot == datetime(2026, 11, 29, 10, 15, tzinfo=UTC)
+    [row] = await _runs(database)
+    assert row["slot"] == datetime(2026, 11, 29, 10, 15, tzinfo=UTC)
+    assert row["started_at"] == moment
+    assert row["host"]
+    assert isinstance(row["pid"], int)

@@ -1,0 +1,49 @@
+"""Running the real ``cronlock`` command: in a subprocess, exactly as cron would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = Path(__file__).resolve().parent
+
+
+def cli_env(database_url: str | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONLOCK_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(SUPPORT), str(ROOT)])
+    if database_url is not None:
+        env["CRONLOCK_DATABASE_URL"] = database_url
+    env.update(extra)
+    return env
+
+
+def cronlock_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cronlock", *args]
+
+
+def run_cli(
+    *args: str, database_url: str | None, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cronlock_command(*args),
+        cwd=ROOT,
+        env=cli_env(database_url, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def start_cli(*args: str, database_url: str | None, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        cronlock_command(*args),
+        cwd=ROOT,
+        env=cli_env(database_url, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -1,0 +1,66 @@
+"""Tasks for tests: items that fail, bodies that raise, a run that waits for its peers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select
+
+import cronlock
+from cronlock.tables import runs
+
+app = cronlock.App()
+
+scratch = MetaData()
+processed = Table("processed", scratch, Column("item", Integer, primary_key=True))
+
+ITEMS = 1000
+FAILING = {i for i in range(ITEMS) if i % 100 == 7}  # 10 items
+
+
+@app.periodic("thousand", cron="*/5 * * * *")
+async def thousand(run: cronlock.Run) -> None:
+    """1,000 items, of which 10 raise."""
+    for item in range(ITEMS):
+        async with run.item(item):
+            await run.session.execute(insert(processed).values(item=item))
+            if item in FAILING:
+                raise ValueError(f"item {item} is bad")
+
+
+@app.periodic("explode", cron="0 * * * *")
+async def explode(run: cronlock.Run) -> None:
+    """Writes, then raises: nothing of it may stay."""
+    async with run.item("first"):
+        await run.session.execute(insert(processed).values(item=1))
+    raise RuntimeError("the body blew up")
+
+
+@app.periodic("slow", cron="* * * * *")
+async def slow(run: cronlock.Run) -> None:
+    """Holds its lock until every peer has recorded its skip (or 60 s pass)."""
+    peers = int(os.environ.get("OVERLAP_PEERS", "0"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        # A statement of its own: READ COMMITTED sees the peers' committed skips.
+        skipped = await run.session.scalar(
+            select(func.count()).select_from(runs).where(runs.c.status == "skipped")
+        )
+        if (skipped or 0) >= peers:
+            break
+        await asyncio.sleep(0.01)
+    async with run.item("work"):
+        await run.session.execute(insert(processed).values(item=1))
+
+
+@app.periodic("crash", cron="* * * * *")
+async def crash(run: cronlock.Run) -> None:
+    """Writes items, tells the test through a marker file, then waits to be killed."""
+    for item in range(5):
+        async with run.item(item):
+            await run.session.execute(insert(processed).values(item=item))
+    Path(os.environ["CRASH_MARKER"]).write_text(str(os.getpid()))
+    await asyncio.Event().wait()
