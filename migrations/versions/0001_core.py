@@ -50,12 +50,12 @@ def upgrade() -> None:
         sa.Column("completed_at", sa.DateTime(timezone=True), nullable=True),
         sa.CheckConstraint(
             "status IN ('pending', 'processing', 'completed', 'failed', 'retrying')",
-            name="ck_jobs_status",
+            name=op.f("ck_jobs_status"),
         ),
-        sa.CheckConstraint("retry_count >= 0", name="ck_jobs_retry_count"),
-        sa.CheckConstraint("max_retries >= 0", name="ck_jobs_max_retries"),
-        sa.CheckConstraint("length(job_type) BETWEEN 1 AND 200", name="ck_jobs_job_type"),
-        sa.PrimaryKeyConstraint("id", name="pk_jobs"),
+        sa.CheckConstraint("retry_count >= 0", name=op.f("ck_jobs_retry_count")),
+        sa.CheckConstraint("max_retries >= 0", name=op.f("ck_jobs_max_retries")),
+        sa.CheckConstraint("length(job_type) BETWEEN 1 AND 200", name=op.f("ck_jobs_job_type")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
         schema=_schema(),
     )
     op.create_index(
@@ -88,9 +88,9 @@ def upgrade() -> None:
         sa.Column("host", sa.Text(), server_default="", nullable=False),
         sa.Column("pid", sa.Integer(), nullable=True),
         sa.CheckConstraint(
-            "status IN ('completed', 'partial', 'failed', 'skipped')", name="ck_runs_status"
+            "status IN ('completed', 'partial', 'failed', 'skipped')", name=op.f("ck_runs_status")
         ),
-        sa.PrimaryKeyConstraint("id", name="pk_runs"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
         schema=_schema(),
     )
     op.create_index(
