@@ -19,7 +19,8 @@ _QUERIES = {
     "constraints": """
         SELECT c.relname, con.conname, pg_get_constraintdef(con.oid)
         FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid
-        WHERE con.connamespace = (SELECT oid FROM pg_namespace WHERE nspname = :schema) AND c.relname <> :version
+        WHERE con.connamespace = (SELECT oid FROM pg_namespace WHERE nspname = :schema)
+          AND c.relname <> :version
         ORDER BY 1, 2""",
     "indexes": """
         SELECT tablename, indexname, indexdef FROM pg_indexes
@@ -27,7 +28,8 @@ _QUERIES = {
     "triggers": """
         SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid)
         FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-        WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = :schema) AND NOT t.tgisinternal
+        WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = :schema)
+          AND NOT t.tgisinternal
         ORDER BY 1, 2""",
     "functions": """
         SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p

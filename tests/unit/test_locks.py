@@ -63,7 +63,7 @@ def test_colliding_registration_is_rejected() -> None:
     async def first(run: cronlock.Run) -> None:
         pass
 
-    with pytest.raises(LockKeyCollision, match="task-25612.*task-28422.*same lock key"):
+    with pytest.raises(LockKeyCollision, match=r"task-25612.*task-28422.*same lock key"):
         app.periodic("task-28422", cron="* * * * *")
 
     # In another namespace the same key is another lock.

@@ -1,2 +1,3 @@
+import this_module_does_not_exist  # type: ignore[import-not-found]  # noqa: F401
+
 import cronlock  # noqa: F401
-import this_module_does_not_exist  # noqa: F401

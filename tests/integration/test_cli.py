@@ -1,0 +1,187 @@
+"""The command line as cron runs it: exit codes, one JSON object, one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli import ROOT, run_cli
+from sqlalchemy import func, select, text
+from testapps import items
+
+from cronlock import Database
+from cronlock.tables import runs
+
+RUN_KEYS = {"task", "status", "slot", "items_ok", "items_failed", "failures", "duration_ms"}
+
+
+async def _runs_count(database: Database) -> int:
+    async with database.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(runs))).scalar_one())
+
+
+async def _create_scratch(database: Database) -> None:
+    async with database.engine.begin() as conn:
+        await conn.run_sync(items.scratch.create_all)
+
+
+async def test_partial_run_exit_3_with_one_json_object(
+    database: Database, database_url: str
+) -> None:
+    await _create_scratch(database)
+    done = run_cli(
+        "--app", "testapps.items", "run", "thousand", "--json", database_url=database_url
+    )
+    assert done.returncode == 3, done.stderr
+    payload = json.loads(done.stdout)  # exactly one object: json.loads rejects trailing data
+    assert set(payload) >= RUN_KEYS
+    assert payload["status"] == "partial"
+    assert (payload["items_ok"], payload["items_failed"]) == (990, 10)
+    assert payload["failures"][0] == {
+        "item": "7",
+        "error_type": "ValueError",
+        "message": "item 7 is bad",
+    }
+    assert "Traceback" not in done.stderr
+
+
+async def test_failed_run_exit_1(database: Database, database_url: str) -> None:
+    await _create_scratch(database)
+    done = run_cli("--app", "testapps.items", "run", "explode", "--json", database_url=database_url)
+    assert done.returncode == 1
+    payload = json.loads(done.stdout)
+    assert payload["status"] == "failed"
+    assert payload["error"] == "RuntimeError: the body blew up"
+
+
+async def test_skipped_run_exit_0_or_the_chosen_code(database: Database, database_url: str) -> None:
+    await _create_scratch(database)
+    task = items.app.task("thousand")
+    async with database.connect() as holder:
+        await holder.execute(
+            text("SELECT pg_advisory_xact_lock(:ns, :key)"),
+            {"ns": task.lock_namespace, "key": task.lock_key},
+        )
+        default = run_cli("--app", "testapps.items", "run", "thousand", database_url=database_url)
+        chosen = run_cli(
+            "--app",
+            "testapps.items",
+            "run",
+            "thousand",
+            "--json",
+            "--skipped-exit-code",
+            "75",
+            database_url=database_url,
+        )
+        await holder.rollback()
+    assert default.returncode == 0
+    assert "skipped" in default.stdout
+    assert chosen.returncode == 75
+    assert json.loads(chosen.stdout)["skip_reason"] == "lock_busy"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--app", "testapps.badcron", "list"), "task 'bad': invalid cron expression '61 * * * *'"),
+        (
+            ("--app", "testapps.items", "run", "nope"),
+            "unknown task 'nope' (registered: crash, explode, slow, thousand)",
+        ),
+        (
+            ("--app", "testapps.broken", "run", "x"),
+            "cannot import app module 'testapps.broken': "
+            "No module named 'this_module_does_not_exist'",
+        ),
+        (("--app", "no_such_module", "list"), "cannot import app module 'no_such_module'"),
+        (
+            ("--app", "testapps.items", "--schema", "Bad Name", "run", "thousand"),
+            "invalid schema name",
+        ),
+    ],
+)
+async def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    database: Database, database_url: str, args: tuple[str, ...], message: str
+) -> None:
+    done = run_cli(*args, database_url=database_url)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert message in lines[0]
+    assert done.stdout == ""
+    assert await _runs_count(database) == 0
+
+
+def test_unreachable_database_is_one_line_exit_2() -> None:
+    done = run_cli(
+        "--app",
+        "testapps.items",
+        "run",
+        "thousand",
+        database_url="postgresql://nobody@127.0.0.1:1/nowhere",
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("Error: cannot connect to postgresql://nobody@127.0.0.1:1/nowhere")
+
+
+async def test_unmigrated_database_says_run_migrate(
+    empty_database: Database,
+) -> None:
+    url = empty_database.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    done = run_cli("--app", "testapps.items", "run", "thousand", database_url=url)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "run `cronlock migrate`" in line
+    migrated = run_cli("migrate", database_url=url)
+    assert migrated.returncode == 0, migrated.stderr
+    again = run_cli("migrate", database_url=url)
+    assert again.returncode == 0 and "revision" in again.stdout
+
+
+def test_list_json() -> None:
+    done = run_cli("--app", "testapps.items", "list", "--json", database_url=None)
+    assert done.returncode == 0, done.stderr
+    tasks = {t["name"]: t for t in json.loads(done.stdout)["tasks"]}
+    assert set(tasks) == {"crash", "explode", "slow", "thousand"}
+    thousand = tasks["thousand"]
+    assert thousand["cron"] == "*/5 * * * *"
+    assert thousand["timezone"] == "UTC"
+    assert thousand["lock"] == [
+        items.app.task("thousand").lock_namespace,
+        items.app.task("thousand").lock_key,
+    ]
+    assert thousand["next_fire_time_utc"].endswith("+00:00")
+
+
+def test_crontab_example_is_the_output_for_tasks() -> None:
+    done = run_cli("crontab", database_url=None)
+    assert done.returncode == 0, done.stderr
+    assert (ROOT / "crontab.example").read_text() == done.stdout
+    assert "*/15 * * * *  cronlock --app tasks run reindex-fts" in done.stdout
+
+
+async def test_status_json_lists_last_runs(database: Database, database_url: str) -> None:
+    await _create_scratch(database)
+    run_cli("--app", "testapps.items", "run", "explode", database_url=database_url)
+    done = run_cli("--app", "testapps.items", "status", "--json", database_url=database_url)
+    assert done.returncode == 0, done.stderr
+    report = {t["task"]: t for t in json.loads(done.stdout)["tasks"]}
+    assert report["thousand"]["last_runs"] == []
+    [explode] = report["explode"]["last_runs"]
+    assert explode["status"] == "failed"
+
+
+def test_demo_on_the_given_database(database_url: str, tmp_path: Path) -> None:
+    done = run_cli("demo", database_url=database_url)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "run 1: partial — 997 posts indexed, 3 failed" in out
+    assert "run 2: skipped" in out
+    assert (
+        'post 17: UndefinedObjectError: text search configuration "klingon" does not exist' in out
+    )
+    assert "refresh-post-stats' (one transaction, all or nothing): completed" in out
+    again = run_cli("demo", database_url=database_url)  # re-runnable
+    assert again.returncode == 0, again.stderr
