@@ -66,9 +66,16 @@ class Database:
     @property
     def display_url(self) -> str:
         """The URL as users write it, password hidden, for messages."""
-        shown = self.url.set(drivername="postgresql")
-        if shown.password is not None:
-            shown = shown.set(password="***" if shown.password else None)
+        url = self.url
+        shown = URL.create(
+            "postgresql",
+            username=url.username,
+            password="***" if url.password else None,
+            host=url.host,
+            port=url.port,
+            database=url.database,
+            query=url.query,
+        )
         return unquote(shown.render_as_string(hide_password=False))
 
     @property

@@ -126,6 +126,21 @@ def test_unreachable_database_is_one_line_exit_2() -> None:
     assert line.startswith("Error: cannot connect to postgresql://nobody@127.0.0.1:1/nowhere")
 
 
+def test_no_database_and_no_embedded_extra_says_how_to_fix(tmp_path: Path) -> None:
+    without = Path(__file__).resolve().parents[1] / "support" / "without_embedded"
+    done = run_cli(
+        "--app",
+        "testapps.items",
+        "run",
+        "thousand",
+        database_url=None,
+        PYTHONPATH=f"{without}:{ROOT / 'tests' / 'support'}:{ROOT}",
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "pip install 'cronlock[embedded]', or set CRONLOCK_DATABASE_URL" in line
+
+
 async def test_unmigrated_database_says_run_migrate(
     empty_database: Database,
 ) -> None:

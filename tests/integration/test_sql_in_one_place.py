@@ -1,0 +1,57 @@
+"""Invariant 6 and the style rule: every SQL statement lives in queries.py, parameterised."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import cronlock
+
+PACKAGE = Path(cronlock.__file__).resolve().parent
+SQL_START = re.compile(
+    r"^\s*(select\s.+\sfrom|insert\s+into|update\s+\S+\s+set|delete\s+from|with\s+\w+\s+as"
+    r"|(create|alter|drop)\s+(table|index|schema|function|trigger)|truncate|lock\s+table"
+    r"|listen\s|notify\s|set\s+(local\s+)?\w+\s*(=|to))",
+    re.IGNORECASE | re.DOTALL,
+)
+# tables.py declares DDL (check constraints, server defaults); queries.py holds the statements.
+SQL_HOMES = {"queries.py", "tables.py"}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "_migrations" not in p.parts)
+
+
+def test_no_sql_strings_outside_queries() -> None:
+    offenders = []
+    for path in _modules():
+        if path.name in SQL_HOMES:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            is_str = isinstance(node, ast.Constant) and isinstance(node.value, str)
+            if is_str and SQL_START.match(node.value):
+                offenders.append(f"{path.name}:{node.lineno}: {node.value[:40]!r}")
+            imports_text = isinstance(node, ast.ImportFrom) and any(
+                alias.name == "text" for alias in node.names
+            )
+            if imports_text and node.module == "sqlalchemy":
+                offenders.append(f"{path.name}:{node.lineno}: imports sqlalchemy.text")
+    assert offenders == []
+
+
+def test_queries_format_nothing_into_sql() -> None:
+    tree = ast.parse((PACKAGE / "queries.py").read_text())
+    formatted = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.JoinedStr)
+        or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod))
+        or (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "format"
+        )
+    ]
+    assert formatted == [], f"queries.py formats strings at lines {formatted}"
