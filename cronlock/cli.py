@@ -71,6 +71,9 @@ class CronlockGroup(click.Group):
             return super().invoke(ctx)
         except CronlockError as exc:
             raise UsageFailure(str(exc)) from None
+        except BrokenPipeError:  # stdout closed early (`| head`): nothing left to say
+            sys.stderr.close()
+            sys.exit(EXIT_OK)
         except (OSError, DBAPIError, TimeoutError) as exc:
             original = getattr(exc, "orig", None) or exc
             raise UsageFailure(f"database error: {type(original).__name__}: {original}") from None
@@ -329,6 +332,8 @@ def demo(options: Options) -> None:
         else "your database"
     )
     database = options.database(app)
+    if logging.getLogger().level >= logging.WARNING:  # the summary lists the failed items
+        logging.getLogger("cronlock.periodic").setLevel(logging.ERROR)
     lines = _run(lambda: run_demo(app, database, setup, where), app)
     for line in lines:
         click.echo(line)
