@@ -106,9 +106,11 @@ class App:
 
     # -- database ------------------------------------------------------------------------
 
-    def use_database(self, url: str, *, schema: str | None = None) -> Database:
+    def use_database(
+        self, url: str, *, schema: str | None = None, pgbouncer: bool = False
+    ) -> Database:
         """Point the app at a database (the command line does this from its options)."""
-        self._database = Database(url, schema=schema or self.schema)
+        self._database = Database(url, schema=schema or self.schema, pgbouncer=pgbouncer)
         return self._database
 
     @property

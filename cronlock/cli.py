@@ -45,6 +45,7 @@ class Options:
     app_given: bool
     database_url: str | None
     schema: str | None
+    pgbouncer: bool
 
     def load_app(self) -> App:
         return load_app(self.app_spec)
@@ -59,8 +60,8 @@ class Options:
                 err=True,
             )
         if app is not None:
-            return app.use_database(url, schema=self.schema)
-        return Database(url, schema=self.schema or "cronlock")
+            return app.use_database(url, schema=self.schema, pgbouncer=self.pgbouncer)
+        return Database(url, schema=self.schema or "cronlock", pgbouncer=self.pgbouncer)
 
 
 class CronlockGroup(click.Group):
@@ -108,6 +109,12 @@ def _exit(code: int) -> NoReturn:
     help="postgresql://… (env CRONLOCK_DATABASE_URL; default: the embedded PostgreSQL).",
 )
 @click.option("--schema", envvar="CRONLOCK_SCHEMA", help="PostgreSQL schema for cronlock's tables.")
+@click.option(
+    "--pgbouncer",
+    envvar="CRONLOCK_PGBOUNCER",
+    is_flag=True,
+    help="The URL is a PgBouncer in transaction mode (env CRONLOCK_PGBOUNCER=1).",
+)
 @click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
 @click.version_option(package_name="cronlock")
 @click.pass_context
@@ -116,6 +123,7 @@ def cli(
     app_spec: str | None,
     database_url: str | None,
     schema: str | None,
+    pgbouncer: bool,
     verbose: int,
 ) -> None:
     """Periodic tasks and a job queue that need nothing but PostgreSQL."""
@@ -129,6 +137,7 @@ def cli(
         app_given=app_spec is not None,
         database_url=database_url,
         schema=schema,
+        pgbouncer=pgbouncer,
     )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import unquote
+from uuid import uuid4
 
 from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -42,6 +44,10 @@ def normalize_url(url: str | URL) -> URL:
     return parsed.set(drivername="postgresql+asyncpg", query=query)
 
 
+def _unique_statement_name() -> str:
+    return f"__cronlock_{uuid4().hex}__"
+
+
 def _redact(url: str) -> str:
     return re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)
 
@@ -49,13 +55,21 @@ def _redact(url: str) -> str:
 class Database:
     """A PostgreSQL database and the schema that holds cronlock's tables in it."""
 
-    def __init__(self, url: str | URL, *, schema: str = SCHEMA, echo: bool = False) -> None:
+    def __init__(
+        self,
+        url: str | URL,
+        *,
+        schema: str = SCHEMA,
+        pgbouncer: bool = False,
+        echo: bool = False,
+    ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ConfigurationError(
                 f"invalid schema name {schema!r}: use lower-case letters, digits and _"
             )
         self.url = normalize_url(url)
         self.schema = schema
+        self.pgbouncer = pgbouncer
         self.echo = echo
         self._base: AsyncEngine | None = None
         self._engine: AsyncEngine | None = None
@@ -81,11 +95,16 @@ class Database:
     @property
     def engine(self) -> AsyncEngine:
         if self._engine is None:
-            self._base = create_async_engine(
-                self.url,
-                echo=self.echo,
-                connect_args={"server_settings": {"application_name": "cronlock"}},
-            )
+            url = self.url
+            connect_args: dict[str, Any] = {"server_settings": {"application_name": "cronlock"}}
+            if self.pgbouncer:
+                # PgBouncer in transaction mode hands each transaction any server connection:
+                # a named prepared statement may exist there already, or not at all. asyncpg
+                # then prepares unnamed statements, and SQLAlchemy's names must be unique.
+                url = url.update_query_dict({"prepared_statement_cache_size": "0"})
+                connect_args["statement_cache_size"] = 0
+                connect_args["prepared_statement_name_func"] = _unique_statement_name
+            self._base = create_async_engine(url, echo=self.echo, connect_args=connect_args)
             self._engine = self._base
             if self.schema != SCHEMA:
                 self._engine = self._base.execution_options(

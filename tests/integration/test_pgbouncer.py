@@ -1,0 +1,76 @@
+"""Behind PgBouncer in transaction mode: the lock never outlives its transaction.
+
+Session-level advisory locks stay on the pooled server connection when the client "returns"
+it (the reference's first trap); cronlock takes transaction-level locks only. The first test
+shows the trap is real on this PgBouncer, the others that cronlock does not fall into it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import asyncpg
+from cli import start_cli
+from conftest import libpq_url
+from pgbouncer import running_pgbouncer
+from sqlalchemy import func, select, text
+from testapps import items
+
+from cronlock import Database, RunStatus
+from cronlock.demo import lock_holders
+from cronlock.tables import runs
+
+
+async def _create_scratch(database: Database) -> None:
+    async with database.engine.begin() as conn:
+        await conn.run_sync(items.scratch.create_all)
+
+
+async def test_session_locks_leak_through_pgbouncer(database: Database) -> None:
+    with running_pgbouncer(database.url, pool_size=1) as bouncer:
+        client = await asyncpg.connect(libpq_url(bouncer), statement_cache_size=0)
+        assert await client.fetchval("SELECT pg_try_advisory_lock(4242)")
+        await client.close()  # the client is gone; its server connection is not
+        async with database.connect() as direct:
+            taken = await direct.scalar(text("SELECT pg_try_advisory_lock(4242)"))
+        assert taken is False, "the session lock should still be held by the pooled connection"
+
+
+async def test_runs_through_pgbouncer_leave_no_lock(database: Database) -> None:
+    await _create_scratch(database)
+    with running_pgbouncer(database.url, pool_size=1) as bouncer:
+        app = items.app
+        app.use_database(bouncer.render_as_string(hide_password=False), pgbouncer=True)
+        try:
+            first = await app.run("thousand")
+            second = await app.run("thousand")
+        finally:
+            await app.aclose()
+    assert first.status is RunStatus.PARTIAL
+    assert second.status is RunStatus.PARTIAL  # not skipped: the first left no lock behind
+    assert await lock_holders(database, items.app.task("thousand")) == []
+
+
+async def test_overlapping_processes_through_pgbouncer(database: Database) -> None:
+    await _create_scratch(database)
+    peers = 4
+    with running_pgbouncer(database.url, pool_size=2) as bouncer:
+        procs = [
+            start_cli(
+                "--pgbouncer",
+                "--app",
+                "testapps.items",
+                "run",
+                "slow",
+                "--json",
+                database_url=libpq_url(bouncer),
+                OVERLAP_PEERS=str(peers - 1),
+            )
+            for _ in range(peers)
+        ]
+        outputs = [proc.communicate(timeout=120) for proc in procs]
+    statuses = sorted(json.loads(out)["status"] for out, _ in outputs)
+    assert statuses == ["completed"] + ["skipped"] * (peers - 1), [e for _, e in outputs]
+    async with database.connect() as conn:
+        recorded = (await conn.execute(select(func.count()).select_from(runs))).scalar_one()
+    assert recorded == peers
