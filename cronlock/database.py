@@ -44,6 +44,14 @@ def normalize_url(url: str | URL) -> URL:
     return parsed.set(drivername="postgresql+asyncpg", query=query)
 
 
+TCP_KEEPALIVE_SETTINGS = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "5",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+
+
 def _unique_statement_name() -> str:
     return f"__cronlock_{uuid4().hex}__"
 
@@ -96,7 +104,14 @@ class Database:
     def engine(self) -> AsyncEngine:
         if self._engine is None:
             url = self.url
-            connect_args: dict[str, Any] = {"server_settings": {"application_name": "cronlock"}}
+            settings = {"application_name": "cronlock"}
+            connect_args: dict[str, Any] = {"server_settings": settings}
+            if not self.pgbouncer:
+                # A host that vanishes (power loss, partition) holds its transaction, and so
+                # its advisory lock, until the server notices: seconds with these, not the
+                # kernel's two hours. PgBouncer rejects unknown startup parameters; behind it
+                # its own tcp_keepalive settings apply.
+                settings.update(TCP_KEEPALIVE_SETTINGS)
             if self.pgbouncer:
                 # PgBouncer in transaction mode hands each transaction any server connection:
                 # a named prepared statement may exist there already, or not at all. asyncpg

@@ -116,3 +116,16 @@ async def test_run_records_slot_host_and_pid(database: Database) -> None:
     assert row["started_at"] == moment
     assert row["host"]
     assert isinstance(row["pid"], int)
+
+
+async def test_connections_ask_the_server_for_keepalives(database: Database) -> None:
+    # Over TCP (CI's server) these bound how long a vanished host keeps its lock.
+    async with database.connect() as conn:
+        shown = {
+            name: (await conn.execute(text(f"SHOW {name}"))).scalar_one()
+            for name in ("tcp_keepalives_idle", "tcp_user_timeout", "application_name")
+        }
+    assert shown["application_name"] == "cronlock"
+    if database.url.host:  # a Unix socket has no TCP settings: the server shows 0
+        assert shown["tcp_keepalives_idle"] == "10"
+        assert shown["tcp_user_timeout"] == "30000"  # milliseconds
