@@ -11,10 +11,25 @@ ways that would make tasks fire on the wrong days, so this module translates fir
 
 The slot of a moment is the latest fire time at or before it: for ``*/15 * * * *`` invoked at
 10:15:02 the slot is 10:15:00. Slots are returned in UTC.
+
+Daylight-saving time, in a task's IANA zone (the policy README.md documents):
+
+* spring forward, a wall time that does not exist (02:30 when clocks jump 02:00 -> 03:00)
+  fires once, at the instant it would have been without the jump: 02:30 read with the old
+  offset, which is 03:30 new time (PEP 495's ``fold=0`` reading). Where that instant is a
+  slot anyway (``*/30`` across a one-hour jump), the two wall times are one slot, fired once.
+* fall back, a wall time that happens twice (02:30 when clocks go 03:00 -> 02:00) fires once,
+  at its first occurrence.
+
+APScheduler 3's CronTrigger with a zone does neither reliably: it fires a repeated 02:30
+twice, and for ``0 * * * *`` in Australia/Lord_Howe (a 30-minute jump at 02:00) it never
+fires the missing 02:00 at all. So its triggers here run in UTC over *wall-clock* times,
+where nothing is missing or repeated, and this module maps wall times to instants.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -37,6 +52,8 @@ _ALIASES = {
 }
 _DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _TICK = timedelta(microseconds=1)
+# Longer than any daylight-saving shift in the tz database (at most two hours).
+_DST_MARGIN = timedelta(hours=3)
 # Windows searched backwards for the latest fire time; the last covers a leap day (Feb 29).
 _LOOKBACK = (
     timedelta(minutes=1),
@@ -119,7 +136,7 @@ class CronSchedule:
                 variants = [(day, "*"), ("*", weekday)]  # cron: either may match
             triggers = tuple(
                 CronTrigger(
-                    minute=minute, hour=hour, day=d, month=month, day_of_week=w, timezone=zone
+                    minute=minute, hour=hour, day=d, month=month, day_of_week=w, timezone=UTC
                 )
                 for d, w in variants
             )
@@ -132,9 +149,57 @@ class CronSchedule:
 
     def next_fire_time(self, after: datetime) -> datetime | None:
         """The first fire time at or after ``after`` (aware), in UTC."""
-        found = [t.get_next_fire_time(None, after) for t in self._triggers]
+        after = after.astimezone(UTC)
+        wall_after = self._wall(after)
+        if self._steady(after):
+            wall = self._next_wall(wall_after)
+            if wall is None:
+                return None
+            instant = self._instant(wall)
+            if self._steady(instant):
+                return instant
+        # Near a transition wall-clock order and instant order differ (02:30 in a spring gap
+        # is later than 03:15), so search every wall time that can map at or after ``after``.
+        best: datetime | None = None
+        limit: datetime | None = None
+        wall = self._next_wall(wall_after - _DST_MARGIN)
+        while wall is not None and (limit is None or wall <= limit):
+            instant = self._instant(wall)
+            if instant >= after and (best is None or instant < best):
+                best = instant
+                limit = limit or wall + _DST_MARGIN
+            wall = self._next_wall(wall + _TICK)
+        return best
+
+    def _wall(self, moment: datetime) -> datetime:
+        """The naive wall-clock time of an instant in the task's zone."""
+        return moment.astimezone(self.timezone).replace(tzinfo=None)
+
+    def _instant(self, wall: datetime) -> datetime:
+        # fold=0: a repeated wall time is its first occurrence; one that does not exist is read
+        # with the offset before the jump.
+        return wall.replace(tzinfo=self.timezone).astimezone(UTC)
+
+    def _steady(self, moment: datetime) -> bool:
+        """No offset change within the margin around ``moment``."""
+        before = (moment - _DST_MARGIN).astimezone(self.timezone).utcoffset()
+        return before == (moment + _DST_MARGIN).astimezone(self.timezone).utcoffset()
+
+    def _next_wall(self, wall: datetime) -> datetime | None:
+        """The first wall time at or after ``wall`` that the fields match.
+
+        The triggers run in UTC on wall-clock times, where no time is missing or repeated;
+        the zone is applied by ``_instant``, which is where the DST policy lives.
+        """
+        found = [t.get_next_fire_time(None, wall.replace(tzinfo=UTC)) for t in self._triggers]
         times = [f for f in found if f is not None]
-        return min(times).astimezone(UTC) if times else None
+        return min(times).replace(tzinfo=None) if times else None
+
+    def min_interval(self, after: datetime, samples: int = 64) -> timedelta | None:
+        """The shortest gap between consecutive fire times among the next ``samples``."""
+        times = list(itertools.islice(self.fire_times(after), samples + 1))
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        return min(gaps) if gaps else None
 
     def fire_times(self, after: datetime) -> Iterator[datetime]:
         """Fire times strictly after ``after``, in UTC, in order."""
