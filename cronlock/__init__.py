@@ -19,7 +19,18 @@ from .errors import (
     UnknownTask,
 )
 from .locks import lock_key, namespace_key
-from .periodic import ItemFailure, PeriodicTask, Run, RunResult, RunStatus
+from .periodic import (
+    ItemFailure,
+    Misfire,
+    PeriodicTask,
+    Run,
+    RunResult,
+    RunStatus,
+    RunTrigger,
+    SkipReason,
+    SlotPolicy,
+)
+from .scheduler import Scheduler
 
 __all__ = [
     "App",
@@ -33,10 +44,15 @@ __all__ = [
     "InvalidCron",
     "ItemFailure",
     "LockKeyCollision",
+    "Misfire",
     "PeriodicTask",
     "Run",
     "RunResult",
     "RunStatus",
+    "RunTrigger",
+    "Scheduler",
+    "SkipReason",
+    "SlotPolicy",
     "UnknownTask",
     "lock_key",
     "namespace_key",

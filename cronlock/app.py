@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from .cron import CronSchedule
@@ -24,13 +24,65 @@ from .errors import (
     UnknownTask,
 )
 from .locks import lock_key, namespace_key
-from .periodic import PeriodicTask, RunResult, TaskBody, execute
+from .periodic import Misfire, PeriodicTask, RunResult, SlotPolicy, TaskBody, execute
 from .tables import SCHEMA
 
 __all__ = ["App"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 RESERVED_NAMES = frozenset({"drain"})
+
+Seconds = float | timedelta
+
+
+def _duration(name: str, option: str, value: Seconds) -> timedelta:
+    duration = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if duration < timedelta(0):
+        raise ConfigurationError(f"task {name!r}: {option} must not be negative")
+    return duration
+
+
+def _slot_policy(
+    name: str,
+    schedule: CronSchedule,
+    grace: Seconds,
+    early: Seconds,
+    misfire: Misfire | str,
+    max_lateness: Seconds | None,
+    catch_up_limit: int,
+    jitter: Seconds,
+) -> SlotPolicy:
+    """Validate a task's scheduling options at declaration, like its cron expression."""
+    try:
+        policy_misfire = Misfire(misfire)
+    except ValueError:
+        choices = ", ".join(m.value for m in Misfire)
+        raise ConfigurationError(
+            f"task {name!r}: misfire must be one of {choices}, not {misfire!r}"
+        ) from None
+    if catch_up_limit < 1:
+        raise ConfigurationError(f"task {name!r}: catch_up_limit must be at least 1")
+    policy = SlotPolicy(
+        grace=_duration(name, "grace", grace),
+        early=_duration(name, "early", early),
+        misfire=policy_misfire,
+        max_lateness=None
+        if max_lateness is None
+        else _duration(name, "max_lateness", max_lateness),
+        catch_up_limit=catch_up_limit,
+        jitter=_duration(name, "jitter", jitter),
+    )
+    # A jittered firing must still map to its own slot: not past the grace, and not so close
+    # to the next fire time that it reads as an early invocation of that one.
+    if policy.jitter > policy.grace:
+        raise ConfigurationError(f"task {name!r}: jitter must not exceed grace")
+    gap = schedule.min_interval(datetime.now(UTC))
+    if policy.jitter and gap is not None and policy.jitter + policy.early >= gap:
+        raise ConfigurationError(
+            f"task {name!r}: jitter + early must stay below the shortest interval "
+            f"({gap.total_seconds():g} s)"
+        )
+    return policy
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -59,8 +111,22 @@ class App:
         cron: str,
         namespace: str | int = "cron",
         timezone: str | None = None,
+        grace: Seconds = 60,
+        early: Seconds = 5,
+        misfire: Misfire | str = Misfire.SKIP,
+        max_lateness: Seconds | None = None,
+        catch_up_limit: int = 10,
+        jitter: Seconds = 0,
     ) -> Callable[[TaskBody], TaskBody]:
-        """Declare a periodic task; the decorated coroutine function receives a ``Run``."""
+        """Declare a periodic task; the decorated coroutine function receives a ``Run``.
+
+        Scheduling (README "Scheduling"): an invocation up to ``grace`` late or ``early`` ahead
+        belongs to that slot; ``misfire`` says what the scheduler does with slots that passed
+        unfired (``skip``, ``once``, ``each`` up to ``catch_up_limit``), and no slot later than
+        ``max_lateness`` is run; ``jitter`` delays the scheduler's firing by up to that many
+        seconds, the same delay for a given slot on every host, without changing the slot.
+        Durations are seconds or ``timedelta``.
+        """
         _check_name("task", name)
         if name in RESERVED_NAMES:
             raise DuplicateName(f"task name {name!r} is reserved for the built-in task")
@@ -70,6 +136,9 @@ class App:
             schedule = CronSchedule.parse(cron, timezone)
         except InvalidCron as exc:
             raise InvalidCron(f"task {name!r}: {exc}") from None
+        policy = _slot_policy(
+            name, schedule, grace, early, misfire, max_lateness, catch_up_limit, jitter
+        )
         ns, key = namespace_key(namespace), lock_key(name)
         owner = self._lock_owners.get((ns, key))
         if owner is not None:
@@ -87,6 +156,7 @@ class App:
                 lock_key=key,
                 body=body,
                 description=(body.__doc__ or "").strip().splitlines()[0] if body.__doc__ else "",
+                policy=policy,
             )
             self._lock_owners[(ns, key)] = name
             return body
@@ -122,9 +192,20 @@ class App:
         assert self._database is not None
         return self._database
 
-    async def run(self, name: str, *, now: datetime | None = None) -> RunResult:
-        """Run a periodic task once, now, under its lock."""
-        return await execute(self.database, self.task(name), now=now)
+    async def run(
+        self,
+        name: str,
+        *,
+        now: datetime | None = None,
+        manual: bool = False,
+        grace: timedelta | None = None,
+    ) -> RunResult:
+        """Run a periodic task once, now, under its lock, for the slot ``now`` belongs to.
+
+        Outside every slot's grace nothing runs (``skipped``, ``no_slot``) unless ``manual``:
+        a manual run is recorded as such and claims no slot.
+        """
+        return await execute(self.database, self.task(name), now=now, manual=manual, grace=grace)
 
     async def aclose(self) -> None:
         if self._database is not None:

@@ -7,12 +7,14 @@ configuration error (one line on stderr, never a traceback), 3 partial.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -162,25 +164,43 @@ def migrate(options: Options) -> None:
 
 @cli.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--count",
+    type=click.IntRange(1, 100),
+    default=3,
+    show_default=True,
+    help="Next fire times shown per task.",
+)
 @pass_options
-def list_tasks(options: Options, as_json: bool) -> None:
-    """Periodic tasks: name, cron, timezone, lock key, next fire time."""
+def list_tasks(options: Options, as_json: bool, count: int) -> None:
+    """Periodic tasks: name, cron, timezone, lock key, next fire times (their zone and UTC)."""
     app = options.load_app()
     now = datetime.now(UTC)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for task in sorted(app.tasks.values(), key=lambda t: t.name):
-        upcoming = task.schedule.next_fire_time(now)
+        zone = task.schedule.timezone
+        upcoming = list(itertools.islice(task.schedule.fire_times(now), count))
+        policy = task.policy
         rows.append(
             {
                 "name": task.name,
                 "cron": task.schedule.expression,
-                "timezone": task.schedule.timezone.key,
+                "timezone": zone.key,
                 "namespace": task.namespace,
                 "lock": [task.lock_namespace, task.lock_key],
-                "next_fire_time": upcoming.astimezone(task.schedule.timezone).isoformat()
-                if upcoming
-                else None,
-                "next_fire_time_utc": upcoming.isoformat() if upcoming else None,
+                "next_fire_time": upcoming[0].astimezone(zone).isoformat() if upcoming else None,
+                "next_fire_time_utc": upcoming[0].isoformat() if upcoming else None,
+                "next_fire_times": [
+                    {"local": t.astimezone(zone).isoformat(), "utc": t.isoformat()}
+                    for t in upcoming
+                ],
+                "misfire": policy.misfire.value,
+                "grace_s": policy.grace.total_seconds(),
+                "max_lateness_s": None
+                if policy.max_lateness is None
+                else policy.max_lateness.total_seconds(),
+                "catch_up_limit": policy.catch_up_limit,
+                "jitter_s": policy.jitter.total_seconds(),
                 "description": task.description,
             }
         )
@@ -190,19 +210,23 @@ def list_tasks(options: Options, as_json: bool) -> None:
     if not rows:
         click.echo("no periodic tasks registered")
         return
-    header = ("NAME", "CRON", "TIMEZONE", "LOCK (ns, key)", "NEXT (UTC)")
+    header = ("NAME", "CRON", "TIMEZONE", "LOCK (ns, key)", "MISFIRE", "NEXT (zone)", "NEXT (UTC)")
     table: list[tuple[str, ...]] = [header]
-    for task in sorted(app.tasks.values(), key=lambda t: t.name):
-        upcoming = task.schedule.next_fire_time(now)
-        table.append(
-            (
-                task.name,
-                task.schedule.expression,
-                task.schedule.timezone.key,
-                f"{task.namespace} ({task.lock_namespace}, {task.lock_key})",
-                upcoming.isoformat() if upcoming else "never",
+    for row in rows:
+        times = row["next_fire_times"] or [{"local": "never", "utc": "never"}]
+        for index, fire in enumerate(times):
+            first = index == 0
+            table.append(
+                (
+                    str(row["name"]) if first else "",
+                    str(row["cron"]) if first else "",
+                    str(row["timezone"]) if first else "",
+                    f"{row['namespace']} ({row['lock'][0]}, {row['lock'][1]})" if first else "",
+                    str(row["misfire"]) if first else "",
+                    fire["local"],
+                    fire["utc"],
+                )
             )
-        )
     _print_table(table)
 
 
@@ -222,13 +246,18 @@ def exit_code(result: RunResult, skipped_exit_code: int = EXIT_OK) -> int:
         RunStatus.SKIPPED: skipped_exit_code,
         RunStatus.FAILED: EXIT_FAILED,
         RunStatus.PARTIAL: EXIT_PARTIAL,
+        RunStatus.MISSED: EXIT_OK,
     }[result.status]
 
 
 def describe(result: RunResult) -> list[str]:
     """A run's outcome in a few readable lines."""
     if result.status is RunStatus.SKIPPED:
-        return [f"{result.task}: skipped ({result.skip_reason}: another run holds the lock)"]
+        why = {
+            "lock_busy": "another run holds the lock",
+            "slot_done": f"slot {_iso(result.slot)} already ran",
+        }.get(result.skip_reason or "", result.error or "")
+        return [f"{result.task}: skipped ({result.skip_reason}: {why})"]
     lines = [
         f"{result.task}: {result.status.value} — {result.items_ok} items ok, "
         f"{result.items_failed} failed, {result.duration_ms:.0f} ms (slot {_iso(result.slot)})"
@@ -256,16 +285,40 @@ def _iso(moment: datetime | None) -> str:
     show_default=True,
     help="Exit code for a skipped run (for systemd or Kubernetes).",
 )
+@click.option(
+    "--manual",
+    is_flag=True,
+    help="Run now outside any slot (recorded as manual; claims no slot).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds after a fire time that still belong to its slot (default: the task's).",
+)
 @pass_options
-def run_task(options: Options, task: str, as_json: bool, skipped_exit_code: int) -> None:
-    """One run of TASK now, under its lock."""
+def run_task(
+    options: Options,
+    task: str,
+    as_json: bool,
+    skipped_exit_code: int,
+    manual: bool,
+    grace: float | None,
+) -> None:
+    """One run of TASK now, under its lock, for the slot it belongs to.
+
+    From crontab the invocation maps to the fire time it is for (up to the task's grace
+    late); a slot that already ran is skipped (slot_done). Outside every slot's grace nothing
+    runs (skipped, no_slot) unless --manual.
+    """
     app = options.load_app()
     app.task(task)  # an unknown task fails before any connection is made
     database = options.database(app)
+    grace_delta = None if grace is None else timedelta(seconds=grace)
 
     async def go() -> RunResult:
         await schema.ensure_ready(database)
-        return await app.run(task)
+        return await app.run(task, manual=manual, grace=grace_delta)
 
     result = _run(go, app)
     if as_json:
@@ -304,13 +357,30 @@ def status(options: Options, as_json: bool, limit: int) -> None:
     for entry in report["tasks"]:
         runs = entry["last_runs"]
         click.echo(f"{entry['task']}: " + ("never ran" if not runs else f"last {len(runs)} runs"))
+        click.echo("  " + _health_line(entry))
         for run in runs:
             detail = (
                 run["error"]
                 or run["skip_reason"]
                 or (f"{run['items_ok']} ok, {run['items_failed']} failed")
             )
-            click.echo(f"  {run['started_at']}  {run['status']:<9}  {detail}")
+            slot = run.get("slot") or "manual"
+            click.echo(f"  {run['started_at']}  {run['status']:<9}  slot {slot}  {detail}")
+
+
+def _health_line(entry: dict[str, Any]) -> str:
+    lateness = entry.get("recent_lateness_ms")
+    late = (
+        "no timed runs yet"
+        if not lateness
+        else f"lateness last {lateness['last']:.0f} ms, mean {lateness['mean']:.0f} ms, "
+        f"max {lateness['max']:.0f} ms over {lateness['runs']} runs"
+    )
+    return (
+        f"last success {entry.get('last_success') or 'never'}; "
+        f"{entry.get('consecutive_failures', 0)} failure(s) and "
+        f"{entry.get('consecutive_misses', 0)} missed slot(s) in a row; {late}"
+    )
 
 
 @cli.command()
@@ -350,3 +420,78 @@ def demo(options: Options) -> None:
 
 def main() -> None:
     cli(prog_name="cronlock")
+
+
+# -- scheduling (issue 4) -------------------------------------------------------------------
+
+
+@cli.command()
+@click.option(
+    "--task",
+    "task_names",
+    multiple=True,
+    help="Fire only this task (repeatable; default: every registered task).",
+)
+@click.option(
+    "--shutdown-grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a run in flight may take to finish after SIGTERM before it is rolled back.",
+)
+@click.option(
+    "--with-drainer",
+    is_flag=True,
+    help="Also drain the job queue in this process (a small deployment in one process).",
+)
+@pass_options
+def scheduler(
+    options: Options, task_names: tuple[str, ...], shutdown_grace: float, with_drainer: bool
+) -> None:
+    """Long-running: fire every periodic task on time (APScheduler); SIGTERM is graceful.
+
+    Each firing takes the same path as `cronlock run` (advisory lock, slot claim, savepoints),
+    so several schedulers and crontab lines may fire the same task: one run per slot. On start,
+    slots missed while no scheduler ran are handled by each task's misfire policy.
+    """
+    from .scheduler import Scheduler, Service
+
+    app = options.load_app()
+    for name in task_names:
+        app.task(name)
+    services: list[Service] = []
+    if with_drainer:
+        services.append(_drainer_service(app))
+    database = options.database(app)
+
+    async def go() -> None:
+        await schema.ensure_ready(database)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        daemon = Scheduler(
+            app,
+            database,
+            tasks=task_names or None,
+            shutdown_grace=shutdown_grace,
+            services=services,
+        )
+        click.echo(
+            f"cronlock: scheduler firing {len(daemon.tasks)} task(s); SIGTERM stops it", err=True
+        )
+        await daemon.serve(stop)
+
+    _run(go, app)
+
+
+def _drainer_service(app: App) -> Any:
+    """The queue's drainer as a scheduler service (the hook for `scheduler --with-drainer`).
+
+    The drainer is issue 3's (branch `queue`); until it is in this build the flag is refused
+    with one clear line rather than silently ignored.
+    """
+    raise UsageFailure(
+        "--with-drainer needs the queue's drainer, which is not in this build yet; "
+        "run `cronlock worker` beside the scheduler"
+    )

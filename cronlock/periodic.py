@@ -8,6 +8,20 @@ a SAVEPOINT, so an exception there rolls back that item only and is recorded. Th
 together with what the items wrote. A body that raises rolls everything back and the ``failed``
 row is written in a transaction of its own. The lock ends with the transaction, including when
 the process dies, so a crash never leaves it behind.
+
+Every run but a manual one belongs to a *slot*, a fire time of the task's schedule, and at
+most one run per (task, slot) does the work (invariant 3). Under the lock, before the body, the
+run checks whether the slot is already claimed (a committed completed, partial, failed or
+missed row): then it is ``skipped`` with reason ``slot_done``. The lock alone would not do: a
+1 ms run on one host commits and releases it before another host's crontab, a second later,
+asks. A partial unique index on ``runs(task, slot)`` makes the claim durable in the very
+transaction that commits the work. A failed body rolls back to a savepoint taken after the
+lock, so its ``failed`` row claims the slot under the same lock.
+
+Which slot an invocation belongs to: the next fire time if it is at most ``early`` ahead (a
+clock a little fast), else the latest fire time if it is at most ``grace`` behind (a slow host,
+a late cron). Outside both there is no slot: the run is ``skipped`` (``no_slot``) unless it was
+asked for as manual, which runs under the lock with no slot at all.
 """
 
 from __future__ import annotations
@@ -17,19 +31,35 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from . import queries
 from .cron import CronSchedule
 from .database import Database
 
-__all__ = ["ItemFailure", "PeriodicTask", "Run", "RunResult", "RunStatus", "TaskBody", "execute"]
+__all__ = [
+    "ItemFailure",
+    "Misfire",
+    "PeriodicTask",
+    "Run",
+    "RunResult",
+    "RunStatus",
+    "RunTrigger",
+    "SkipReason",
+    "SlotPolicy",
+    "TaskBody",
+    "execute",
+    "record_missed",
+    "resolve_slot",
+    "run_slot",
+]
 
 logger = logging.getLogger("cronlock.periodic")
 
@@ -45,6 +75,42 @@ class RunStatus(enum.StrEnum):
     PARTIAL = "partial"
     FAILED = "failed"
     SKIPPED = "skipped"
+    MISSED = "missed"
+
+
+class RunTrigger(enum.StrEnum):
+    """Who started a run."""
+
+    CRON = "cron"  # `cronlock run TASK` / App.run: an invocation mapped to its slot
+    SCHEDULER = "scheduler"  # the scheduler, on time (within grace)
+    CATCH_UP = "catch_up"  # the scheduler, for a slot missed while it was down
+    MANUAL = "manual"  # asked for by hand, outside any slot
+
+
+class SkipReason(enum.StrEnum):
+    LOCK_BUSY = "lock_busy"  # another run holds the task's lock right now
+    SLOT_DONE = "slot_done"  # this slot already has its outcome
+    NO_SLOT = "no_slot"  # the invocation is outside every slot's grace and not manual
+
+
+class Misfire(enum.StrEnum):
+    """What the scheduler does with slots that passed while nobody fired them."""
+
+    SKIP = "skip"  # record them missed; run only slots that are on time
+    ONCE = "once"  # run the latest one once (unless an on-time slot runs anyway)
+    EACH = "each"  # run each, oldest first, up to catch_up_limit (the most recent ones)
+
+
+@dataclass(frozen=True)
+class SlotPolicy:
+    """How a task's invocations map to slots and how missed slots are handled."""
+
+    grace: timedelta = timedelta(seconds=60)
+    early: timedelta = timedelta(seconds=5)
+    misfire: Misfire = Misfire.SKIP
+    max_lateness: timedelta | None = None
+    catch_up_limit: int = 10
+    jitter: timedelta = timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -58,6 +124,7 @@ class PeriodicTask:
     lock_key: int
     body: TaskBody = field(repr=False)
     description: str = ""
+    policy: SlotPolicy = SlotPolicy()
 
 
 @dataclass(frozen=True)
@@ -110,6 +177,8 @@ class RunResult:
     error: str | None = None
     skip_reason: str | None = None
     run_id: int | None = None
+    trigger: RunTrigger = RunTrigger.CRON
+    lateness_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -125,6 +194,8 @@ class RunResult:
             "error": self.error,
             "skip_reason": self.skip_reason,
             "run_id": self.run_id,
+            "trigger": self.trigger.value,
+            "lateness_ms": None if self.lateness_ms is None else round(self.lateness_ms, 3),
         }
 
 
@@ -177,13 +248,83 @@ class Run:
         )
 
 
+def resolve_slot(
+    task: PeriodicTask, moment: datetime, *, grace: timedelta | None = None
+) -> datetime | None:
+    """The slot an invocation at ``moment`` belongs to, or None outside every slot's grace."""
+    policy = task.policy
+    upcoming = task.schedule.next_fire_time(moment)
+    if upcoming is not None and upcoming - moment <= policy.early:
+        return upcoming
+    latest = task.schedule.slot_at(moment)
+    if latest is not None and moment - latest <= (policy.grace if grace is None else grace):
+        return latest
+    return None
+
+
 async def execute(
-    database: Database, task: PeriodicTask, *, now: datetime | None = None
+    database: Database,
+    task: PeriodicTask,
+    *,
+    now: datetime | None = None,
+    manual: bool = False,
+    grace: timedelta | None = None,
 ) -> RunResult:
-    """Run ``task`` once under its lock and record the outcome; never raises for the body."""
+    """Run ``task`` once for the slot ``now`` belongs to (or, ``manual``, outside any slot).
+
+    Never raises for the body. Outside every slot's grace, and not manual, nothing runs: the
+    result is ``skipped`` with reason ``no_slot`` (recorded, so the attempt is visible).
+    """
+    started_at = now or datetime.now(UTC)
+    if manual:
+        return await run_slot(database, task, None, now=started_at, trigger=RunTrigger.MANUAL)
+    slot = resolve_slot(task, started_at, grace=grace)
+    if slot is None:
+        latest = task.schedule.slot_at(started_at)
+        limit = task.policy.grace if grace is None else grace
+        note = (
+            f"no slot within {limit.total_seconds():g} s of {started_at.isoformat()}"
+            + (f" (the latest was {latest.isoformat()})" if latest else "")
+            + "; run it by hand with --manual"
+        )
+        logger.info(
+            "%s: skipped, %s",
+            task.name,
+            note,
+            extra={"action": "run_skipped", "task": task.name, "reason": SkipReason.NO_SLOT},
+        )
+        outcome = RunResult(
+            task=task.name,
+            status=RunStatus.SKIPPED,
+            slot=None,
+            started_at=started_at,
+            finished_at=started_at,
+            duration_ms=0.0,
+            skip_reason=SkipReason.NO_SLOT,
+            error=note,
+        )
+        async with database.session() as session:
+            return await _record(session, outcome)
+    return await run_slot(database, task, slot, now=started_at, trigger=RunTrigger.CRON)
+
+
+async def run_slot(
+    database: Database,
+    task: PeriodicTask,
+    slot: datetime | None,
+    *,
+    now: datetime | None = None,
+    trigger: RunTrigger = RunTrigger.CRON,
+    record_busy: bool = True,
+) -> RunResult:
+    """Run ``task`` for ``slot`` (None: a manual run) under its lock; record the outcome.
+
+    ``record_busy=False`` leaves no row when the lock is busy, so the slot stays open: the
+    scheduler's catch-up uses it to try again later rather than mark the slot as handled.
+    """
     started_at = now or datetime.now(UTC)
     clock = time.perf_counter()
-    slot = task.schedule.slot_at(started_at)
+    lateness_ms = None if slot is None else (started_at - slot).total_seconds() * 1000
 
     def result(status: RunStatus, run: Run | None = None, **extra: Any) -> RunResult:
         return RunResult(
@@ -196,8 +337,19 @@ async def execute(
             items_ok=run.items_ok if run else 0,
             items_failed=run.items_failed if run else 0,
             failures=tuple(run.failures) if run else (),
+            trigger=trigger,
+            lateness_ms=lateness_ms,
             **extra,
         )
+
+    def skipped(reason: SkipReason, why: str) -> RunResult:
+        logger.info(
+            "%s: skipped, %s",
+            task.name,
+            why,
+            extra={"action": "run_skipped", "task": task.name, "reason": reason},
+        )
+        return result(RunStatus.SKIPPED, skip_reason=reason)
 
     async with database.session() as session:
         locked = await session.scalar(
@@ -205,22 +357,24 @@ async def execute(
         )
         if not locked:
             await session.rollback()
-            outcome = result(RunStatus.SKIPPED, skip_reason="lock_busy")
-            logger.info(
-                "%s: skipped, another run holds the lock",
-                task.name,
-                extra={"action": "run_skipped", "task": task.name},
+            outcome = skipped(SkipReason.LOCK_BUSY, "another run holds the lock")
+            return await _record(session, outcome) if record_busy else outcome
+        if slot is not None and await session.scalar(
+            queries.RUN_SLOT_CLAIMED, {"task": task.name, "slot": slot}
+        ):
+            return await _record(
+                session, skipped(SkipReason.SLOT_DONE, f"slot {slot.isoformat()} already ran")
             )
-            return await _record(session, outcome)
 
         run = Run(task, session, slot)
+        # Taken after the lock: a body that raises rolls back to here, and the failed row
+        # then claims the slot while the lock is still held.
+        body_savepoint = await session.begin_nested()
         try:
             await task.body(run)
-            status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
-            outcome = result(status, run)
-            outcome = await _record(session, outcome)  # commits the work and its row together
+            if body_savepoint.is_active:
+                await body_savepoint.commit()
         except Exception as exc:
-            await session.rollback()
             error = f"{type(root_cause(exc)).__name__}: {_message(exc)}"
             logger.error(
                 "%s: failed and rolled back: %s",
@@ -229,9 +383,100 @@ async def execute(
                 extra={"action": "run_failed", "task": task.name},
                 exc_info=exc,
             )
-            outcome = result(RunStatus.FAILED, run, error=error)
-            outcome = await _record(session, _without_committed_items(outcome))
-        return outcome
+            outcome = _without_committed_items(result(RunStatus.FAILED, run, error=error))
+            try:
+                await body_savepoint.rollback()
+            except Exception:
+                # The connection is gone: nothing of the run is left; record it afresh.
+                await session.rollback()
+            return await _record_claim(session, outcome)
+        status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
+        return await _record_claim(session, result(status, run))
+
+
+async def _record_claim(session: AsyncSession, outcome: RunResult) -> RunResult:
+    """Record a claiming outcome; if another run claimed the slot first, roll back and skip.
+
+    Under the lock the slot was free, so this only happens when something bypassed it (a
+    peer recording the slot missed without the lock, an older cronlock): the unique index
+    keeps the slot's single outcome, and this run's work is not committed.
+    """
+    try:
+        return await _record(session, outcome)
+    except IntegrityError as exc:
+        if "ux_runs_task_slot" not in str(exc):
+            raise
+        await session.rollback()
+        logger.warning(
+            "%s: slot %s was claimed by another run meanwhile; rolled back",
+            outcome.task,
+            _iso(outcome.slot),
+            extra={"action": "slot_conflict", "task": outcome.task},
+        )
+        return await _record(
+            session,
+            replace(
+                outcome,
+                status=RunStatus.SKIPPED,
+                skip_reason=SkipReason.SLOT_DONE,
+                items_ok=0,
+                items_failed=0,
+                failures=(),
+                error=None,
+            ),
+        )
+
+
+async def record_missed(
+    database: Database,
+    task: PeriodicTask,
+    slots: Sequence[datetime],
+    *,
+    now: datetime,
+) -> int | None:
+    """Record ``slots`` as ``missed``; the number of rows written, None if the lock was busy.
+
+    Under the task's lock, so a slot whose run is in progress (not committed yet) is never
+    recorded missed under it; the caller tries again later. Slots already claimed are left
+    alone (ON CONFLICT DO NOTHING on the unique index).
+    """
+    if not slots:
+        return 0
+    async with database.session() as session:
+        locked = await session.scalar(
+            queries.LOCK_TRY_XACT, {"namespace": task.lock_namespace, "key": task.lock_key}
+        )
+        if not locked:
+            await session.rollback()
+            return None
+        written = 0
+        for slot in slots:
+            row = await session.scalar(
+                queries.RUN_INSERT_MISSED,
+                {
+                    "task": task.name,
+                    "slot": slot,
+                    "status": RunStatus.MISSED.value,
+                    "started_at": now,
+                    "finished_at": now,
+                    "trigger": RunTrigger.SCHEDULER.value,
+                    "lateness_ms": (now - slot).total_seconds() * 1000,
+                    "host": _HOST,
+                    "pid": os.getpid(),
+                },
+            )
+            written += row is not None
+        await session.commit()
+    if written:
+        logger.warning(
+            "%s: %d slot(s) missed, %s … %s",
+            task.name,
+            written,
+            slots[0].isoformat(),
+            slots[-1].isoformat(),
+            extra={"action": "slots_missed", "task": task.name, "count": written},
+        )
+    return written
 
 
 def _without_committed_items(outcome: RunResult) -> RunResult:
@@ -260,6 +505,8 @@ async def _record(session: AsyncSession, outcome: RunResult) -> RunResult:
             "skip_reason": outcome.skip_reason,
             "host": _HOST,
             "pid": os.getpid(),
+            "trigger": outcome.trigger.value,
+            "lateness_ms": outcome.lateness_ms,
         },
     )
     await session.commit()

@@ -1,12 +1,19 @@
-"""What ``cronlock status`` reports, computed from the tables."""
+"""What ``cronlock status`` reports, computed from the tables.
+
+Per task: the last runs, and how its schedule is doing — the last success, how many failures
+and missed slots in a row, and how late recent runs started.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import queries
 from .app import App
 from .database import Database
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 __all__ = ["collect"]
 
@@ -23,5 +30,72 @@ async def collect(app: App, database: Database, *, limit: int = 5) -> dict[str, 
             by_task.setdefault(row["task"], []).append(
                 {key: _jsonable(value) for key, value in row.items()}
             )
+        health = await _slot_health(conn)
     names = sorted(set(app.tasks) | set(by_task))
-    return {"tasks": [{"task": name, "last_runs": by_task.get(name, [])} for name in names]}
+    return {
+        "tasks": [
+            {"task": name, "last_runs": by_task.get(name, []), **health.get(name, _NO_HEALTH)}
+            for name in names
+        ]
+    }
+
+
+# -- scheduling health (issue 4) ----------------------------------------------------------
+
+# Outcomes per task read to compute streaks and lateness.
+HEALTH_WINDOW = 50
+
+_NO_HEALTH: dict[str, Any] = {
+    "last_success": None,
+    "consecutive_failures": 0,
+    "consecutive_misses": 0,
+    "recent_lateness_ms": None,
+}
+
+
+def _streak(statuses: list[str], status: str) -> int:
+    """How many of the newest outcomes in a row have ``status``."""
+    count = 0
+    for each in statuses:
+        if each != status:
+            break
+        count += 1
+    return count
+
+
+async def _slot_health(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
+    """Per task: last success, consecutive failures and misses, recent lateness.
+
+    Streaks count the outcomes that claimed a slot (or a manual run), newest first; skips are
+    not outcomes of their own and do not break a streak.
+    """
+    last_success = {
+        row.task: row.last_success for row in await conn.execute(queries.RUN_LAST_SUCCESS_PER_TASK)
+    }
+    outcomes: dict[str, list[Any]] = {}
+    rows = await conn.execute(queries.RUN_CLAIMING_RECENT_PER_TASK, {"limit": HEALTH_WINDOW})
+    for row in rows:
+        outcomes.setdefault(row.task, []).append(row)
+    health: dict[str, dict[str, Any]] = {}
+    for task in set(last_success) | set(outcomes):
+        recent = outcomes.get(task, [])
+        statuses = [row.status for row in recent]
+        lateness = [
+            row.lateness_ms
+            for row in recent
+            if row.lateness_ms is not None and row.status != "missed"
+        ][:10]
+        health[task] = {
+            "last_success": _jsonable(last_success.get(task)),
+            "consecutive_failures": _streak(statuses, "failed"),
+            "consecutive_misses": _streak(statuses, "missed"),
+            "recent_lateness_ms": None
+            if not lateness
+            else {
+                "last": round(lateness[0], 3),
+                "mean": round(sum(lateness) / len(lateness), 3),
+                "max": round(max(lateness), 3),
+                "runs": len(lateness),
+            },
+        }
+    return health

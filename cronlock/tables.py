@@ -16,6 +16,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Double,
     Identity,
     Index,
     Integer,
@@ -30,7 +31,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = [
     "JOB_STATUSES",
+    "RUN_CLAIMING_PREDICATE",
+    "RUN_CLAIMING_STATUSES",
     "RUN_STATUSES",
+    "RUN_TRIGGERS",
     "SCHEMA",
     "VERSION_TABLE",
     "jobs",
@@ -42,7 +46,13 @@ SCHEMA = "cronlock"
 VERSION_TABLE = "cronlock_alembic_version"
 
 JOB_STATUSES = ("pending", "processing", "completed", "failed", "retrying")
-RUN_STATUSES = ("completed", "partial", "failed", "skipped")
+RUN_STATUSES = ("completed", "partial", "failed", "skipped", "missed")
+# A slot is claimed by the row of the run that did (or tried and rolled back) its work, or by
+# the row saying nobody did: at most one such row per (task, slot). Skips never claim.
+RUN_CLAIMING_STATUSES = ("completed", "partial", "failed", "missed")
+# Who started a run: a `cronlock run` (crontab), the scheduler on time, the scheduler catching
+# up a missed slot, or a person asking for a run outside any slot.
+RUN_TRIGGERS = ("cron", "scheduler", "catch_up", "manual")
 
 metadata = MetaData(
     schema=SCHEMA,
@@ -105,7 +115,24 @@ runs = Table(
     Column("skip_reason", Text),
     Column("host", Text, nullable=False, server_default=""),
     Column("pid", Integer),
+    Column("trigger", Text, nullable=False, server_default="cron"),
+    # How long after its slot the run started (NULL for a manual run, which has no slot).
+    Column("lateness_ms", Double),
     CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+    CheckConstraint(_in("trigger", RUN_TRIGGERS), name="trigger"),
 )
 
 Index("ix_runs_task_started_at", runs.c.task, runs.c.started_at.desc())
+
+# One run per slot (invariant 3): the advisory lock serialises runs, this makes the slot's
+# outcome durable, so a run a second after another host's committed one sees it and skips.
+Index(
+    "ux_runs_task_slot",
+    runs.c.task,
+    runs.c.slot,
+    unique=True,
+    postgresql_where=text(_in("status", RUN_CLAIMING_STATUSES)),
+)
+# The index's predicate, for ON CONFLICT to name it: it must be spelled with constants, since
+# PostgreSQL cannot prove that a predicate with bound parameters implies the index's.
+RUN_CLAIMING_PREDICATE = text(_in("status", RUN_CLAIMING_STATUSES))

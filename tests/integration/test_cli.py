@@ -30,9 +30,11 @@ async def test_partial_run_exit_3_with_one_json_object(
     database: Database, database_url: str
 ) -> None:
     await _create_scratch(database)
+    # --manual: these tests run a task now, at whatever time it is, not at one of its slots.
     done = run_cli(
-        "--app", "testapps.items", "run", "thousand", "--json", database_url=database_url
-    )
+        "--app", "testapps.items", "run", "thousand", "--manual", "--json",
+        database_url=database_url,
+    )  # fmt: skip
     assert done.returncode == 3, done.stderr
     payload = json.loads(done.stdout)  # exactly one object: json.loads rejects trailing data
     assert set(payload) >= RUN_KEYS
@@ -48,7 +50,10 @@ async def test_partial_run_exit_3_with_one_json_object(
 
 async def test_failed_run_exit_1(database: Database, database_url: str) -> None:
     await _create_scratch(database)
-    done = run_cli("--app", "testapps.items", "run", "explode", "--json", database_url=database_url)
+    done = run_cli(
+        "--app", "testapps.items", "run", "explode", "--manual", "--json",
+        database_url=database_url,
+    )  # fmt: skip
     assert done.returncode == 1
     payload = json.loads(done.stdout)
     assert payload["status"] == "failed"
@@ -63,12 +68,15 @@ async def test_skipped_run_exit_0_or_the_chosen_code(database: Database, databas
             text("SELECT pg_advisory_xact_lock(:ns, :key)"),
             {"ns": task.lock_namespace, "key": task.lock_key},
         )
-        default = run_cli("--app", "testapps.items", "run", "thousand", database_url=database_url)
+        default = run_cli(
+            "--app", "testapps.items", "run", "thousand", "--manual", database_url=database_url
+        )
         chosen = run_cli(
             "--app",
             "testapps.items",
             "run",
             "thousand",
+            "--manual",
             "--json",
             "--skipped-exit-code",
             "75",
@@ -179,7 +187,7 @@ def test_crontab_example_is_the_output_for_tasks() -> None:
 
 async def test_status_json_lists_last_runs(database: Database, database_url: str) -> None:
     await _create_scratch(database)
-    run_cli("--app", "testapps.items", "run", "explode", database_url=database_url)
+    run_cli("--app", "testapps.items", "run", "explode", "--manual", database_url=database_url)
     done = run_cli("--app", "testapps.items", "status", "--json", database_url=database_url)
     assert done.returncode == 0, done.stderr
     report = {t["task"]: t for t in json.loads(done.stdout)["tasks"]}

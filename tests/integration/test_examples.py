@@ -15,9 +15,10 @@ async def test_reindex_then_stats(database: Database) -> None:
     try:
         async with database.session() as session:
             await tasks.setup_demo(session, posts=50)
-        reindex = await app.run("reindex-fts")
-        stats = await app.run("refresh-post-stats")
-        again = await app.run("reindex-fts")  # only the bad post is left, and fails again
+        reindex = await app.run("reindex-fts", manual=True)
+        stats = await app.run("refresh-post-stats", manual=True)
+        # Only the bad post is left, and fails again.
+        again = await app.run("reindex-fts", manual=True)
     finally:
         await app.aclose()
 

@@ -42,8 +42,8 @@ async def test_runs_through_pgbouncer_leave_no_lock(database: Database) -> None:
         app = items.app
         app.use_database(bouncer.render_as_string(hide_password=False), pgbouncer=True)
         try:
-            first = await app.run("thousand")
-            second = await app.run("thousand")
+            first = await app.run("thousand", manual=True)
+            second = await app.run("thousand", manual=True)
         finally:
             await app.aclose()
     assert first.status is RunStatus.PARTIAL

@@ -1,0 +1,293 @@
+"""The scheduler daemon: APScheduler 3 decides *when* a periodic task fires, the run path whether.
+
+``cronlock scheduler`` gives APScheduler's ``AsyncIOScheduler`` one job per task, with a
+``ScheduleTrigger`` that asks the task's ``CronSchedule`` for fire times, so the daemon and the
+slot computation cannot disagree on cron or DST semantics. A firing does not run the body
+itself: it *wakes* the task, and a wake
+
+1. maps the current time to the slot it belongs to (within the task's grace),
+2. looks at the slots between the last one this process knows of (at start: the latest slot
+   with a row in ``runs``) and now that have no row at all — slots that passed while no
+   scheduler was up — and applies the task's misfire policy: record them ``missed``, or run
+   the latest once, or run each up to a cap, as ``catch_up`` runs;
+3. runs the current slot through ``periodic.run_slot``, the very path ``cronlock run`` takes
+   (advisory lock, slot claim, savepoints).
+
+Because the slot claim lives in the database, any number of schedulers on any number of hosts
+plus crontab invocations may fire the same task: one run per slot does the work and every other
+attempt is recorded ``skipped`` (``lock_busy`` or ``slot_done``). Time comes from an injectable
+clock, so tests drive wakes without waiting.
+
+Shutdown (SIGTERM): no new firing starts; runs in flight get ``shutdown_grace`` seconds to
+finish and commit, then are cancelled, which closes their transaction: a rollback, never half a
+run. APScheduler's own executor would cancel them at once, so runs are tasks of this module's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.base import BaseTrigger
+
+from . import queries
+from .app import App
+from .database import Database
+from .periodic import (
+    Misfire,
+    PeriodicTask,
+    RunResult,
+    RunTrigger,
+    SkipReason,
+    record_missed,
+    resolve_slot,
+    run_slot,
+)
+
+__all__ = ["Clock", "ScheduleTrigger", "Scheduler", "jitter_for"]
+
+logger = logging.getLogger("cronlock.scheduler")
+
+Clock = Callable[[], datetime]
+Service = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+_TICK = timedelta(microseconds=1)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def jitter_for(task: PeriodicTask, slot: datetime) -> timedelta:
+    """The delay before firing ``slot``: up to the task's jitter, the same on every host.
+
+    A digest of (task, slot) rather than ``random``: hosts agree, so jitter spreads many tasks
+    over time without spreading one task's attempts, and tests can predict it.
+    """
+    if not task.policy.jitter:
+        return timedelta(0)
+    digest = hashlib.blake2b(f"{task.name}|{slot.isoformat()}".encode(), digest_size=8).digest()
+    fraction = int.from_bytes(digest, "big") / 2**64
+    return task.policy.jitter * fraction
+
+
+class ScheduleTrigger(BaseTrigger):  # type: ignore[misc]
+    """An APScheduler trigger whose fire times are the task's slots plus its jitter."""
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: PeriodicTask) -> None:
+        self.task = task
+
+    def fire_time(self, slot: datetime) -> datetime:
+        return slot + jitter_for(self.task, slot)
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        schedule = self.task.schedule
+        start = now if previous_fire_time is None else previous_fire_time + _TICK
+        # The latest slot may still be ahead of us once jittered.
+        latest = schedule.slot_at(start)
+        if latest is not None and self.fire_time(latest) >= start:
+            return self.fire_time(latest)
+        upcoming = schedule.next_fire_time(start)
+        return None if upcoming is None else self.fire_time(upcoming)
+
+    def __str__(self) -> str:
+        return f"cronlock[{self.task.schedule.expression} {self.task.schedule.timezone.key}]"
+
+
+class Scheduler:
+    """Fires an app's periodic tasks on time; see the module docstring."""
+
+    def __init__(
+        self,
+        app: App,
+        database: Database,
+        *,
+        clock: Clock = _utcnow,
+        tasks: Sequence[str] | None = None,
+        shutdown_grace: float = 30.0,
+        services: Sequence[Service] = (),
+    ) -> None:
+        self.app = app
+        self.database = database
+        self.clock = clock
+        self.tasks = [app.task(name) for name in tasks] if tasks else list(app.tasks.values())
+        self.shutdown_grace = shutdown_grace
+        # Other long-running parts served by the same process (the drainer, `--with-drainer`).
+        self.services = list(services)
+        self._horizon: dict[str, datetime] = {}
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._apscheduler: AsyncIOScheduler | None = None
+
+    # -- one wake ------------------------------------------------------------------------
+
+    async def wake(self, task: PeriodicTask, *, now: datetime | None = None) -> list[RunResult]:
+        """Handle missed slots by the task's policy, then run the current slot, if any."""
+        now = now or self.clock()
+        current = resolve_slot(task, now)
+        horizon = self._horizon.get(task.name)
+        if horizon is None:
+            horizon = await self._initial_horizon(task, now)
+        end = max(now, current) if current is not None else now
+        backlog = await self._unrecorded(task, horizon, end, exclude=current)
+        catch_up, missed = self._plan(task, backlog, current, now)
+
+        # Where to look from next time: past everything handled, but not past a slot left
+        # open because another run held the lock (it may be that slot's run in progress).
+        open_slots = []
+        if missed and await record_missed(self.database, task, missed, now=now) is None:
+            open_slots.append(min(missed))
+        results = []
+        for slot in catch_up:
+            result = await run_slot(
+                self.database, task, slot, now=now, trigger=RunTrigger.CATCH_UP, record_busy=False
+            )
+            if result.skip_reason == SkipReason.LOCK_BUSY:
+                # Likely another scheduler catching up the same backlog: leave the rest to it
+                # and look again at the next wake rather than leapfrog it slot by slot.
+                open_slots.append(slot)
+                break
+            results.append(result)
+        self._horizon[task.name] = min(open_slots) - _TICK if open_slots else max(horizon, end)
+        if current is not None:
+            results.append(
+                await run_slot(self.database, task, current, now=now, trigger=RunTrigger.SCHEDULER)
+            )
+        return results
+
+    async def _initial_horizon(self, task: PeriodicTask, now: datetime) -> datetime:
+        """Where this process picks up a task's history: its latest slot with a row, or now."""
+        async with self.database.connect() as conn:
+            last = await conn.scalar(queries.RUN_LAST_SLOT, {"task": task.name})
+        return min(last, now) if last is not None else now
+
+    async def _unrecorded(
+        self, task: PeriodicTask, after: datetime, until: datetime, *, exclude: datetime | None
+    ) -> list[datetime]:
+        """Slots in (after, until] other than ``exclude`` that have no row in ``runs``."""
+        slots = []
+        for slot in task.schedule.fire_times(after):
+            if slot > until:
+                break
+            if slot != exclude:
+                slots.append(slot)
+        if not slots:
+            return []
+        async with self.database.connect() as conn:
+            rows = await conn.execute(
+                queries.RUN_SLOTS_RECORDED,
+                {"task": task.name, "low": slots[0], "high": slots[-1]},
+            )
+            recorded = set(rows.scalars())
+        return [slot for slot in slots if slot not in recorded]
+
+    @staticmethod
+    def _plan(
+        task: PeriodicTask, backlog: list[datetime], current: datetime | None, now: datetime
+    ) -> tuple[list[datetime], list[datetime]]:
+        """(slots to run as catch-up, slots to record missed), by the task's misfire policy."""
+        policy = task.policy
+        eligible = [
+            slot
+            for slot in backlog
+            if policy.max_lateness is None or now - slot <= policy.max_lateness
+        ]
+        if policy.misfire is Misfire.EACH:
+            catch_up = eligible[-policy.catch_up_limit :]
+        elif policy.misfire is Misfire.ONCE and current is None:
+            catch_up = eligible[-1:]
+        else:  # SKIP, or ONCE with an on-time slot that runs anyway and catches up for all
+            catch_up = []
+        chosen = set(catch_up)
+        return catch_up, [slot for slot in backlog if slot not in chosen]
+
+    # -- the daemon ----------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "wake failed: %s",
+                task.exception(),
+                exc_info=task.exception(),
+                extra={"action": "wake_failed"},
+            )
+
+    async def _fire(self, name: str) -> None:
+        # Returns at once: the run is this scheduler's task, not APScheduler's (see docstring).
+        self._spawn(self.wake(self.app.task(name)))
+
+    def start(self) -> None:
+        """Wake every task once (catch up after downtime), then fire them on time."""
+        apscheduler = AsyncIOScheduler(
+            timezone=UTC,
+            job_defaults={
+                # Never let APScheduler drop a late firing on its own: a wake decides what a
+                # late slot becomes (run or recorded missed) by the task's policy.
+                "misfire_grace_time": None,
+                "coalesce": True,
+                "max_instances": 1,
+            },
+        )
+        for task in self.tasks:
+            self._spawn(self.wake(task))
+            apscheduler.add_job(
+                self._fire, trigger=ScheduleTrigger(task), args=[task.name], id=task.name
+            )
+        apscheduler.start()
+        self._apscheduler = apscheduler
+        logger.info(
+            "scheduler started: %d task(s)",
+            len(self.tasks),
+            extra={"action": "scheduler_started", "tasks": [t.name for t in self.tasks]},
+        )
+
+    async def stop(self) -> None:
+        """Stop firing; let runs in flight finish within the grace, then roll the rest back."""
+        if self._apscheduler is not None:
+            self._apscheduler.shutdown(wait=False)
+            self._apscheduler = None
+        pending = set(self._inflight)
+        if pending:
+            logger.info(
+                "waiting up to %g s for %d run(s) in flight",
+                self.shutdown_grace,
+                len(pending),
+                extra={"action": "scheduler_draining"},
+            )
+            _, pending = await asyncio.wait(pending, timeout=self.shutdown_grace)
+        for task in pending:
+            task.cancel()  # closes the run's transaction: a rollback
+        if pending:
+            logger.warning(
+                "cancelled %d run(s) still in flight after %g s; rolled back",
+                len(pending),
+                self.shutdown_grace,
+                extra={"action": "runs_cancelled"},
+            )
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set, then shut down gracefully."""
+        self.start()
+        services = [asyncio.create_task(service(stop)) for service in self.services]
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+            if services:
+                await asyncio.gather(*services, return_exceptions=True)
+        logger.info("scheduler stopped", extra={"action": "scheduler_stopped"})

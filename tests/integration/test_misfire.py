@@ -1,0 +1,153 @@
+"""A 3-hour downtime under each misfire policy: exactly the documented runs, every slot recorded.
+
+The scheduler last ran at 09:00 and comes back at 12:20. README's "Scheduling" table:
+
+=========  ====================================  ==========================================
+policy     hourly (10:00, 11:00, 12:00 passed;   */5 (09:05 … 12:15 passed; 12:20 is on
+           12:20 is past 12:00's grace)          time and runs as usual)
+=========  ====================================  ==========================================
+skip       3 missed, nothing runs                39 missed, 12:20 runs
+once       12:00 runs (catch_up), 2 missed       39 missed, 12:20 runs (it is the catch-up)
+each       10:00, 11:00, 12:00 run (catch_up)    the last 10 (11:30 … 12:15) run, 29 missed,
+                                                 then 12:20
+=========  ====================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from cli import run_cli
+from history import create_work_table, runs_of, work_slots
+from testapps import sched
+
+from cronlock import Database
+from cronlock.scheduler import Scheduler
+
+BEFORE = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+RESTART = datetime(2026, 11, 29, 12, 20, tzinfo=UTC)
+
+
+def at(hour: int, minute: int) -> datetime:
+    return datetime(2026, 11, 29, hour, minute, tzinfo=UTC)
+
+
+def every_five(first: datetime, last: datetime) -> list[datetime]:
+    count = int((last - first) / timedelta(minutes=5)) + 1
+    return [first + timedelta(minutes=5 * i) for i in range(count)]
+
+
+HOURLY_PASSED = [at(10, 0), at(11, 0), at(12, 0)]
+FIVE_PASSED = every_five(at(9, 5), at(12, 15))
+
+# policy -> (hourly: caught up, missed), (*/5: caught up, missed, on time)
+DOCUMENTED = {
+    "skip": ((([], HOURLY_PASSED)), ([], FIVE_PASSED)),
+    "once": (([at(12, 0)], HOURLY_PASSED[:2]), ([], FIVE_PASSED)),
+    "each": ((HOURLY_PASSED, []), (FIVE_PASSED[-10:], FIVE_PASSED[:-10])),
+}
+
+
+async def _down_for_three_hours(database: Database, names: list[str]) -> None:
+    """A scheduler runs the 09:00 slots, then none runs until two restart at 12:20 at once."""
+    before = Scheduler(sched.app, database, tasks=names)
+    for name in names:
+        await before.wake(sched.app.task(name), now=BEFORE)
+    engines = [Database(database.url) for _ in range(2)]
+    try:
+        restarted = [Scheduler(sched.app, engine, tasks=names) for engine in engines]
+        await asyncio.gather(
+            *(
+                scheduler.wake(sched.app.task(name), now=RESTART)
+                for scheduler in restarted
+                for name in names
+            )
+        )
+        # A later firing of the same process finds nothing left over.
+        for name in names:
+            await restarted[0].wake(sched.app.task(name), now=RESTART + timedelta(seconds=1))
+    finally:
+        for engine in engines:
+            await engine.dispose()
+
+
+def _claims(rows: list[dict[str, object]]) -> dict[object, list[tuple[object, object]]]:
+    claims: dict[object, list[tuple[object, object]]] = {}
+    for row in rows:
+        if row["status"] != "skipped":
+            claims.setdefault(row["slot"], []).append((row["status"], row["trigger"]))
+    return claims
+
+
+@pytest.mark.parametrize("policy", ["skip", "once", "each"])
+async def test_three_hour_downtime(database: Database, policy: str) -> None:
+    await create_work_table(database)
+    hourly, five = f"hourly-{policy}", f"five-{policy}"
+    await _down_for_three_hours(database, [hourly, five])
+    (hourly_run, hourly_missed), (five_run, five_missed) = DOCUMENTED[policy]
+
+    assert await work_slots(database, hourly) == [BEFORE, *hourly_run]
+    claims = _claims(await runs_of(database, hourly))
+    assert claims == {
+        BEFORE: [("completed", "scheduler")],
+        **{slot: [("completed", "catch_up")] for slot in hourly_run},
+        **{slot: [("missed", "scheduler")] for slot in hourly_missed},
+    }
+
+    assert await work_slots(database, five) == [BEFORE, *five_run, RESTART]
+    claims = _claims(await runs_of(database, five))
+    assert claims == {
+        BEFORE: [("completed", "scheduler")],
+        **{slot: [("completed", "catch_up")] for slot in five_run},
+        **{slot: [("missed", "scheduler")] for slot in five_missed},
+        RESTART: [("completed", "scheduler")],
+    }
+    # Every slot since 09:00 has its history row.
+    assert set(claims) == {BEFORE, *every_five(at(9, 5), RESTART)}
+
+
+async def test_lateness_is_recorded(database: Database) -> None:
+    await create_work_table(database)
+    await _down_for_three_hours(database, ["hourly-each"])
+    rows = {
+        r["slot"]: r for r in await runs_of(database, "hourly-each") if r["status"] != "skipped"
+    }
+    assert rows[at(10, 0)]["lateness_ms"] == (RESTART - at(10, 0)).total_seconds() * 1000
+    assert rows[BEFORE]["lateness_ms"] == 0
+
+
+async def test_a_slot_past_max_lateness_is_missed_not_run(database: Database) -> None:
+    """`hourly-once-fresh` catches up once, but never more than 10 minutes late."""
+    await create_work_table(database)
+    await _down_for_three_hours(database, ["hourly-once-fresh"])
+    assert await work_slots(database, "hourly-once-fresh") == [BEFORE]
+    missed = [
+        r["slot"] for r in await runs_of(database, "hourly-once-fresh") if r["status"] == "missed"
+    ]
+    assert missed == HOURLY_PASSED
+
+
+async def test_status_shows_misses_lateness_and_last_success(
+    database: Database, database_url: str
+) -> None:
+    await create_work_table(database)
+    await _down_for_three_hours(database, ["hourly-skip", "five-each"])
+
+    shown = run_cli("--app", "testapps.sched", "status", "--json", database_url=database_url)
+    assert shown.returncode == 0, shown.stderr
+    report = {entry["task"]: entry for entry in json.loads(shown.stdout)["tasks"]}
+    hourly = report["hourly-skip"]
+    assert hourly["consecutive_misses"] == 3
+    assert hourly["consecutive_failures"] == 0
+    assert hourly["last_success"] is not None
+    assert hourly["recent_lateness_ms"]["last"] == 0
+    five = report["five-each"]
+    assert five["consecutive_misses"] == 0  # 12:20 ran after the misses
+    # The last 10 runs: 12:20 on time and the catch-ups 11:35 … 12:15.
+    assert five["recent_lateness_ms"]["runs"] == 10
+    assert five["recent_lateness_ms"]["max"] == (RESTART - at(11, 35)).total_seconds() * 1000
+    text = run_cli("--app", "testapps.sched", "status", database_url=database_url)
+    assert "0 failure(s) and 3 missed slot(s) in a row" in text.stdout

@@ -1,0 +1,176 @@
+"""`cronlock scheduler` as a process: APScheduler wiring, jitter, and a graceful SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+from cli import run_cli, start_cli
+from history import create_work_table, runs_of, work_slots
+from testapps import sched
+from waiting import eventually, wait_for
+
+from cronlock import Database
+from cronlock.periodic import resolve_slot
+from cronlock.scheduler import Scheduler, ScheduleTrigger, jitter_for
+
+
+@pytest.fixture
+async def gate(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection holding the advisory lock the `held` task waits for."""
+    conn = await asyncpg.connect(database_url)
+    await conn.execute("SELECT pg_advisory_lock($1, $2)", *sched.GATE)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def _start_scheduler(database_url: str, marker: Path, *extra: str) -> object:
+    return start_cli(
+        "--app", "testapps.sched", "scheduler", "--task", "held", *extra,
+        database_url=database_url,
+        HELD_MARKER=str(marker),
+    )  # fmt: skip
+
+
+async def test_sigterm_lets_the_run_in_flight_commit(
+    database: Database, database_url: str, gate: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await create_work_table(database)
+    marker = tmp_path / "held"
+    process = _start_scheduler(database_url, marker)
+    try:
+        wait_for(marker.exists, timeout=30)  # the run is inside its body, waiting at the gate
+        process.send_signal(signal.SIGTERM)  # type: ignore[attr-defined]
+        await gate.execute("SELECT pg_advisory_unlock($1, $2)", *sched.GATE)
+        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)  # type: ignore[attr-defined]
+    finally:
+        if process.poll() is None:  # type: ignore[attr-defined]
+            process.kill()  # type: ignore[attr-defined]
+    assert process.returncode == 0, stderr  # type: ignore[attr-defined]
+    assert len(await work_slots(database, "held")) == 5  # all of it
+    statuses = [r["status"] for r in await runs_of(database, "held") if r["status"] != "skipped"]
+    assert statuses == ["completed"]
+
+
+async def test_sigterm_past_the_grace_rolls_the_run_back_whole(
+    database: Database, database_url: str, gate: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await create_work_table(database)
+    marker = tmp_path / "held"
+    process = _start_scheduler(database_url, marker, "--shutdown-grace", "0.2")
+    try:
+        wait_for(marker.exists, timeout=30)
+        process.send_signal(signal.SIGTERM)  # type: ignore[attr-defined]
+        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)  # type: ignore[attr-defined]
+    finally:
+        if process.poll() is None:  # type: ignore[attr-defined]
+            process.kill()  # type: ignore[attr-defined]
+    assert process.returncode == 0, stderr  # type: ignore[attr-defined]
+    assert "rolled back" in stderr
+    assert await work_slots(database, "held") == []  # none of it
+    assert [r for r in await runs_of(database, "held") if r["status"] != "skipped"] == []
+
+    async def lock_is_free() -> bool:
+        # The run's transaction is gone with its lock: the slot is still free to run.
+        task = sched.app.task("held")
+        async with database.connect() as conn:
+            from cronlock import queries
+
+            holders = await conn.execute(
+                queries.LOCK_HOLDERS,
+                {
+                    "namespace_oid": task.lock_namespace & 0xFFFFFFFF,
+                    "key_oid": task.lock_key & 0xFFFFFFFF,
+                },
+            )
+            return not holders.scalars().all()
+
+    await eventually(lock_is_free)
+
+
+async def test_daemon_fires_the_current_slot_at_start_and_schedules_the_next(
+    database: Database,
+) -> None:
+    await create_work_table(database)
+    moment = datetime.now(UTC)
+    scheduler = Scheduler(sched.app, database, tasks=["tick"], clock=lambda: moment)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(scheduler.serve(stop))
+    try:
+        slot = resolve_slot(sched.app.task("tick"), moment)
+        await eventually(lambda: _has_work(database, slot))
+        job = scheduler._apscheduler.get_job("tick")  # type: ignore[union-attr]
+        assert job.next_run_time == sched.app.task("tick").schedule.next_fire_time(
+            datetime.now(UTC)
+        )
+    finally:
+        stop.set()
+        await serving
+
+
+async def _has_work(database: Database, slot: datetime | None) -> bool:
+    return await work_slots(database, "tick") == [slot]
+
+
+def test_with_drainer_is_refused_until_the_drainer_lands(database_url: str) -> None:
+    result = run_cli(
+        "--app", "testapps.sched", "scheduler", "--with-drainer", database_url=database_url
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("run `cronlock worker` beside the scheduler")
+
+
+async def test_jitter_delays_firing_but_never_changes_the_slot(database: Database) -> None:
+    await create_work_table(database)
+    task = sched.app.task("jittery")  # */5, jitter up to 120 s
+    trigger, other_host = ScheduleTrigger(task), ScheduleTrigger(task)
+    start = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+    slots = list(_take(task.schedule.fire_times(start - timedelta(microseconds=1)), 24))
+    scheduler = Scheduler(sched.app, database, tasks=["jittery"])
+    previous = None
+    delays = []
+    for slot in slots:
+        fire = trigger.get_next_fire_time(previous, start if previous is None else previous)
+        assert fire == other_host.get_next_fire_time(previous, fire - timedelta(seconds=1))
+        assert slot <= fire <= slot + timedelta(seconds=120)
+        assert fire - slot == jitter_for(task, slot)
+        delays.append(fire - slot)
+        await scheduler.wake(task, now=fire)
+        previous = fire
+    assert len(set(delays)) > 20  # spread, not one constant offset
+    assert await work_slots(database, "jittery") == slots
+
+
+def _take(iterator: object, count: int) -> list[datetime]:
+    out = []
+    for item in iterator:  # type: ignore[attr-defined]
+        out.append(item)
+        if len(out) == count:
+            break
+    return out
+
+
+def test_list_shows_next_fire_times_in_the_zone_and_utc(database_url: str) -> None:
+    import json
+
+    shown = run_cli(
+        "--app", "testapps.sched", "list", "--json", "--count", "2", database_url=database_url
+    )
+    assert shown.returncode == 0, shown.stderr
+    tasks = {t["name"]: t for t in json.loads(shown.stdout)["tasks"]}
+    madrid = tasks["madrid-0230"]
+    assert madrid["timezone"] == "Europe/Madrid"
+    assert len(madrid["next_fire_times"]) == 2
+    for fire in madrid["next_fire_times"]:
+        local, utc = datetime.fromisoformat(fire["local"]), datetime.fromisoformat(fire["utc"])
+        assert local == utc and local.strftime("%H:%M") in ("02:30", "03:30")
+        assert utc.utcoffset() == timedelta(0)
+    text = run_cli("--app", "testapps.sched", "list", database_url=database_url)
+    assert "NEXT (zone)" in text.stdout and "Europe/Madrid" in text.stdout
