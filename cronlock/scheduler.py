@@ -57,6 +57,8 @@ Clock = Callable[[], datetime]
 Service = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 
 _TICK = timedelta(microseconds=1)
+# The most slots one wake looks back over (see Scheduler._unrecorded).
+BACKLOG_LIMIT = 1000
 
 
 def _utcnow() -> datetime:
@@ -172,15 +174,31 @@ class Scheduler:
     async def _unrecorded(
         self, task: PeriodicTask, after: datetime, until: datetime, *, exclude: datetime | None
     ) -> list[datetime]:
-        """Slots in (after, until] other than ``exclude`` that have no row in ``runs``."""
-        slots = []
-        for slot in task.schedule.fire_times(after):
-            if slot > until:
+        """Slots in (after, until] other than ``exclude`` that have no row in ``runs``.
+
+        Walks back from ``until``, at most BACKLOG_LIMIT slots: a minutely task whose last row
+        is a year old must not make one wake enumerate and record half a million slots.
+        """
+        slots: list[datetime] = []
+        cursor = until
+        while (slot := task.schedule.slot_at(cursor)) is not None and slot > after:
+            if len(slots) == BACKLOG_LIMIT:
+                logger.warning(
+                    "%s: more than %d slots passed since %s; only the latest %d are handled "
+                    "(recorded missed or caught up), the older ones only in this line",
+                    task.name,
+                    BACKLOG_LIMIT,
+                    after.isoformat(),
+                    BACKLOG_LIMIT,
+                    extra={"action": "backlog_truncated", "task": task.name},
+                )
                 break
             if slot != exclude:
                 slots.append(slot)
+            cursor = slot - _TICK
         if not slots:
             return []
+        slots.reverse()
         async with self.database.connect() as conn:
             rows = await conn.execute(
                 queries.RUN_SLOTS_RECORDED,

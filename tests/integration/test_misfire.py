@@ -25,7 +25,7 @@ from history import create_work_table, runs_of, work_slots
 from testapps import sched
 
 from cronlock import Database
-from cronlock.scheduler import Scheduler
+from cronlock.scheduler import BACKLOG_LIMIT, Scheduler
 
 BEFORE = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 RESTART = datetime(2026, 11, 29, 12, 20, tzinfo=UTC)
@@ -151,3 +151,24 @@ async def test_status_shows_misses_lateness_and_last_success(
     assert five["recent_lateness_ms"]["max"] == (RESTART - at(11, 35)).total_seconds() * 1000
     text = run_cli("--app", "testapps.sched", "status", database_url=database_url)
     assert "0 failure(s) and 3 missed slot(s) in a row" in text.stdout
+
+
+async def test_a_long_backlog_is_bounded_and_said(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A minutely task last seen 30 days ago: the latest 1,000 slots are recorded, not 43,200."""
+    await create_work_table(database)
+    task = sched.app.task("tick")
+    long_ago = RESTART - timedelta(days=30)
+    await Scheduler(sched.app, database, tasks=["tick"]).wake(task, now=long_ago)
+
+    with caplog.at_level("WARNING", logger="cronlock.scheduler"):
+        await Scheduler(sched.app, database, tasks=["tick"]).wake(task, now=RESTART)
+
+    history = await runs_of(database, "tick")
+    missed = [r["slot"] for r in history if r["status"] == "missed"]
+    assert len(missed) == BACKLOG_LIMIT
+    assert missed[-1] == RESTART - timedelta(minutes=1)
+    assert missed[0] == RESTART - timedelta(minutes=BACKLOG_LIMIT)
+    assert await work_slots(database, "tick") == [long_ago, RESTART]
+    assert "more than 1000 slots passed since" in caplog.text
