@@ -229,8 +229,8 @@ class Scheduler:
 
     # -- the daemon ----------------------------------------------------------------------
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._inflight.add(task)
         task.add_done_callback(self._finished)
 
@@ -238,7 +238,8 @@ class Scheduler:
         self._inflight.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.error(
-                "wake failed: %s",
+                "%s: wake failed: %s",
+                task.get_name(),
                 task.exception(),
                 exc_info=task.exception(),
                 extra={"action": "wake_failed"},
@@ -246,7 +247,7 @@ class Scheduler:
 
     async def _fire(self, name: str) -> None:
         # Returns at once: the run is this scheduler's task, not APScheduler's (see docstring).
-        self._spawn(self.wake(self.app.task(name)))
+        self._spawn(self.wake(self.app.task(name)), name)
 
     def start(self) -> None:
         """Wake every task once (catch up after downtime), then fire them on time."""
@@ -261,9 +262,13 @@ class Scheduler:
             },
         )
         for task in self.tasks:
-            self._spawn(self.wake(task))
+            self._spawn(self.wake(task), task.name)
             apscheduler.add_job(
-                self._fire, trigger=ScheduleTrigger(task), args=[task.name], id=task.name
+                self._fire,
+                trigger=ScheduleTrigger(task),
+                args=[task.name],
+                id=task.name,
+                name=f"cronlock task {task.name}",
             )
         apscheduler.start()
         self._apscheduler = apscheduler
@@ -290,11 +295,13 @@ class Scheduler:
         for task in pending:
             task.cancel()  # closes the run's transaction: a rollback
         if pending:
+            names = sorted(task.get_name() for task in pending)
             logger.warning(
-                "cancelled %d run(s) still in flight after %g s; rolled back",
+                "cancelled %d run(s) still in flight after %g s (%s); rolled back",
                 len(pending),
                 self.shutdown_grace,
-                extra={"action": "runs_cancelled"},
+                ", ".join(names),
+                extra={"action": "runs_cancelled", "tasks": names},
             )
             await asyncio.gather(*pending, return_exceptions=True)
 
