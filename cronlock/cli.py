@@ -364,7 +364,7 @@ def status(options: Options, as_json: bool, limit: int) -> None:
                 or run["skip_reason"]
                 or (f"{run['items_ok']} ok, {run['items_failed']} failed")
             )
-            slot = run.get("slot") or "manual"
+            slot = run.get("slot") or ("manual" if run.get("trigger") == "manual" else "none")
             click.echo(f"  {run['started_at']}  {run['status']:<9}  slot {slot}  {detail}")
 
 

@@ -93,6 +93,9 @@ async def test_outside_grace_nothing_runs_unless_manual(
         ("completed", None, "manual", None),
     ]
     assert await work_slots(database, "leap-day") == [None]
+    shown = run_cli("--app", "testapps.sched", "status", database_url=database_url).stdout
+    assert "completed  slot manual" in shown
+    assert "skipped    slot none  no slot within 60 s" in shown
 
 
 async def test_manual_runs_claim_no_slot(database: Database) -> None:
