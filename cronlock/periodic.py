@@ -5,9 +5,10 @@ busy means another run is active, so this one is ``skipped`` (overlap is normal 
 Free, the body runs with the transaction's session; ``run.item(key)`` wraps a unit of work in
 a SAVEPOINT, so an exception there rolls back that item only and is recorded. The run's row in
 ``runs`` is written in the same transaction as its work: ``completed`` or ``partial`` commit
-together with what the items wrote. A body that raises rolls everything back and the ``failed``
-row is written in a transaction of its own. The lock ends with the transaction, including when
-the process dies, so a crash never leaves it behind.
+together with what the items wrote. A body that raises rolls back to a savepoint taken
+right after the lock, so nothing of it stays, and the ``failed`` row is written under the lock
+(in a transaction of its own only if the connection is gone). The lock ends with the
+transaction, including when the process dies, so a crash never leaves it behind.
 
 Every run but a manual one belongs to a *slot*, a fire time of the task's schedule, and at
 most one run per (task, slot) does the work (invariant 3). Under the lock, before the body, the
