@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from . import queries
@@ -387,10 +387,13 @@ async def run_slot(
             outcome = _without_committed_items(result(RunStatus.FAILED, run, error=error))
             try:
                 await body_savepoint.rollback()
-            except Exception:
-                # The connection is gone: nothing of the run is left; record it afresh.
+                return await _record_claim(session, outcome)
+            except SQLAlchemyError:
+                # The connection is gone (the savepoint's rollback may even "succeed" on an
+                # invalidated connection): the transaction went with its writes and its lock.
+                # Record the failure afresh.
                 await session.rollback()
-            return await _record_claim(session, outcome)
+                return await _record_claim(session, outcome)
         status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
         return await _record_claim(session, result(status, run))
 

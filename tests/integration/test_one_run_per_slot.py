@@ -170,3 +170,18 @@ async def test_thousand_slots_two_schedulers_two_invokers_skewed(database: Datab
     assert {row["status"] for row in skips} == {"skipped"}
     assert {row["skip_reason"] for row in skips} <= {"lock_busy", "slot_done"}
     assert {row["trigger"] for row in rows} == {"cron", "scheduler"}
+
+
+async def test_a_run_whose_connection_dies_is_recorded_failed(database: Database) -> None:
+    """The savepoint cannot be rolled back on a dead connection: the transaction is gone with
+    its writes and lock, and the failure is recorded afresh."""
+    await create_work_table(database)
+    task = sched.app.task("connection-lost")
+
+    failed = await execute(database, task, now=SLOT)
+
+    assert failed.status is RunStatus.FAILED
+    assert failed.error is not None
+    assert await work_slots(database, "connection-lost") == []
+    rows = await runs_of(database, "connection-lost")
+    assert [(r["status"], r["slot"]) for r in rows] == [("failed", SLOT)]

@@ -77,3 +77,10 @@ async def failing(run: cronlock.Run) -> None:
     """Writes, then raises: the slot is claimed by its failure, nothing of the work stays."""
     await run.session.execute(insert(work).values(task="failing", slot=run.slot))
     raise RuntimeError("after writing")
+
+
+@app.periodic("connection-lost", cron="* * * * *")
+async def connection_lost(run: cronlock.Run) -> None:
+    """Writes, then its connection dies (the server ends its own backend)."""
+    await run.session.execute(insert(work).values(task="connection-lost", slot=run.slot))
+    await run.session.execute(select(func.pg_terminate_backend(func.pg_backend_pid())))
