@@ -8,6 +8,7 @@ from __future__ import annotations
 from .app import App
 from .cron import CronSchedule
 from .database import Database
+from .drainer import CommitMode, Drainer, DrainResult, Keepalive
 from .errors import (
     AppNotFound,
     ConfigurationError,
@@ -15,9 +16,14 @@ from .errors import (
     DatabaseUnavailable,
     DuplicateName,
     InvalidCron,
+    InvalidJobOption,
+    InvalidPayload,
+    JobError,
     LockKeyCollision,
+    UnknownJobType,
     UnknownTask,
 )
+from .jobs import Backoff, Enqueued, Job, JobStatus
 from .locks import lock_key, namespace_key
 from .periodic import (
     ItemFailure,
@@ -35,14 +41,25 @@ from .scheduler import Scheduler
 __all__ = [
     "App",
     "AppNotFound",
+    "Backoff",
+    "CommitMode",
     "ConfigurationError",
     "CronSchedule",
     "CronlockError",
     "Database",
     "DatabaseUnavailable",
+    "DrainResult",
+    "Drainer",
     "DuplicateName",
+    "Enqueued",
     "InvalidCron",
+    "InvalidJobOption",
+    "InvalidPayload",
     "ItemFailure",
+    "Job",
+    "JobError",
+    "JobStatus",
+    "Keepalive",
     "LockKeyCollision",
     "Misfire",
     "PeriodicTask",
@@ -53,6 +70,7 @@ __all__ = [
     "Scheduler",
     "SkipReason",
     "SlotPolicy",
+    "UnknownJobType",
     "UnknownTask",
     "lock_key",
     "namespace_key",

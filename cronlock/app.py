@@ -1,4 +1,4 @@
-"""The App: the registry of periodic tasks (and, later, job handlers) and its database.
+"""The App: the registry of periodic tasks and job handlers, and its database.
 
 An App is declared at import time in the user's module; the command line finds it with
 ``--app MODULE[:ATTR]`` and gives it a database. Registration validates everything it can at
@@ -9,12 +9,16 @@ namespace share an advisory lock key.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from .cron import CronSchedule
 from .database import Database
+from .drainer import CommitMode, Drainer, DrainResult
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -22,6 +26,15 @@ from .errors import (
     InvalidCron,
     LockKeyCollision,
     UnknownTask,
+)
+from .jobs import (
+    Backoff,
+    Enqueued,
+    Handler,
+    JobHandler,
+    check_max_retries,
+    check_queue,
+    enqueue_many,
 )
 from .locks import lock_key, namespace_key
 from .periodic import Misfire, PeriodicTask, RunResult, SlotPolicy, TaskBody, execute
@@ -101,6 +114,7 @@ class App:
         self._tasks: dict[str, PeriodicTask] = {}
         self._lock_owners: dict[tuple[int, int], str] = {}
         self._database: Database | None = None
+        self._handlers: dict[str, Handler] = {}
 
     # -- registration --------------------------------------------------------------------
 
@@ -173,6 +187,139 @@ class App:
         except KeyError:
             known = ", ".join(sorted(self._tasks)) or "none"
             raise UnknownTask(f"unknown task {name!r} (registered: {known})") from None
+
+    # -- job handlers and enqueueing ---------------------------------------------------------
+
+    def job(
+        self,
+        job_type: str,
+        *,
+        max_retries: int = 3,
+        backoff: Backoff | None = None,
+        timeout: float | None = None,
+        queue: str = "default",
+    ) -> Callable[[JobHandler], JobHandler]:
+        """Register ``async def handler(session, payload)`` for ``job_type``.
+
+        The handler runs in the job's transaction (``session``); what it returns, if JSON, is
+        stored as the job's result. ``max_retries`` and ``queue`` are the defaults for jobs of
+        this type; ``backoff`` spaces the retries; a run longer than ``timeout`` seconds is a
+        failed attempt.
+        """
+        _check_name("job type", job_type)
+        if job_type in self._handlers:
+            raise DuplicateName(f"job type {job_type!r} is already registered")
+        check_max_retries(max_retries)
+        check_queue(queue)
+        if timeout is not None and not timeout > 0:
+            raise ConfigurationError(f"job type {job_type!r}: timeout must be positive")
+
+        def register(func: JobHandler) -> JobHandler:
+            self._handlers[job_type] = Handler(
+                job_type=job_type,
+                func=func,
+                max_retries=max_retries,
+                backoff=backoff or Backoff(),
+                timeout=timeout,
+                queue=queue,
+            )
+            return func
+
+        return register
+
+    @property
+    def handlers(self) -> Mapping[str, Handler]:
+        return MappingProxyType(self._handlers)
+
+    async def enqueue(
+        self,
+        executor: AsyncSession | AsyncConnection,
+        job_type: str,
+        payload: Any = None,
+        *,
+        max_retries: int | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int = 0,
+        queue: str | None = None,
+        dedup_key: str | None = None,
+    ) -> Enqueued:
+        """Add a job in the caller's transaction (``executor``); the caller commits.
+
+        Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
+        nothing is added and the answer carries that job's id with ``created=False``.
+        """
+        [answer] = await enqueue_many(
+            executor,
+            self._handlers,
+            job_type,
+            [payload],
+            schema=self._schema_of_jobs(),
+            max_retries=max_retries,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            queue=queue,
+            dedup_keys=None if dedup_key is None else [dedup_key],
+        )
+        return answer
+
+    async def enqueue_many(
+        self,
+        executor: AsyncSession | AsyncConnection,
+        job_type: str,
+        payloads: Sequence[Any],
+        *,
+        max_retries: int | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int = 0,
+        queue: str | None = None,
+        dedup_keys: Sequence[str | None] | None = None,
+    ) -> list[Enqueued]:
+        """Add one job per payload with one statement, in the caller's transaction."""
+        return await enqueue_many(
+            executor,
+            self._handlers,
+            job_type,
+            payloads,
+            schema=self._schema_of_jobs(),
+            max_retries=max_retries,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            queue=queue,
+            dedup_keys=dedup_keys,
+        )
+
+    def _schema_of_jobs(self) -> str:
+        return self._database.schema if self._database is not None else self.schema
+
+    def drainer(
+        self,
+        *,
+        queue: str = "default",
+        commit_mode: CommitMode | str = CommitMode.STRICT,
+        batch_size: int | None = None,
+        concurrency: int = 1,
+        **options: Any,
+    ) -> Drainer:
+        """A drainer of ``queue`` on this app's database (see ``cronlock.drainer``)."""
+        return Drainer(
+            self.database,
+            self.handlers,
+            queue=queue,
+            commit_mode=commit_mode,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            **options,
+        )
+
+    async def drain(
+        self, *, queue: str = "default", max_seconds: float | None = None, **options: Any
+    ) -> DrainResult:
+        """The built-in task ``drain``: process due jobs until none is due (or the budget)."""
+        return await self.drainer(queue=queue, **options).drain(max_seconds=max_seconds)
 
     # -- database ------------------------------------------------------------------------
 

@@ -11,7 +11,10 @@ Outcomes are not exceptions: a skipped run, a failed item or a retried job is a 
     │   ├── LockKeyCollision       two tasks would share one advisory lock
     │   ├── DuplicateName          a task or job type registered twice
     │   └── UnknownTask            ``run`` of a task that is not registered
-    └── (the queue adds its own below CronlockError)
+    └── JobError                  a job that cannot be enqueued (exit code 2; nothing written)
+        ├── UnknownJobType         no handler registered for that job type
+        ├── InvalidPayload         a payload that is not JSON
+        └── InvalidJobOption       a negative delay, absurd max_retries, a bad queue name…
 
 The docstring of each class is its default message.
 """
@@ -25,7 +28,11 @@ __all__ = [
     "DatabaseUnavailable",
     "DuplicateName",
     "InvalidCron",
+    "InvalidJobOption",
+    "InvalidPayload",
+    "JobError",
     "LockKeyCollision",
+    "UnknownJobType",
     "UnknownTask",
 ]
 
@@ -63,3 +70,22 @@ class DuplicateName(ConfigurationError):
 
 class UnknownTask(ConfigurationError):
     """No periodic task by that name."""
+
+
+# -- the job queue ------------------------------------------------------------------------
+
+
+class JobError(CronlockError):
+    """The job cannot be enqueued."""
+
+
+class UnknownJobType(JobError):
+    """No handler is registered for that job type."""
+
+
+class InvalidPayload(JobError):
+    """The payload is not JSON."""
+
+
+class InvalidJobOption(JobError):
+    """An option of the job is out of range."""

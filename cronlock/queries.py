@@ -7,36 +7,69 @@ SQL. Names put the noun first so related statements sort together.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Integer,
+    Interval,
     MetaData,
     String,
     Table,
+    Text,
+    Uuid,
+    any_,
     bindparam,
+    case,
     cast,
     column,
+    delete,
     exists,
     func,
     insert,
+    literal,
+    literal_column,
     select,
     table,
+    text,
+    update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 
 from .tables import (
     RUN_CLAIMING_PREDICATE,
     RUN_CLAIMING_STATUSES,
     SCHEMA,
     VERSION_TABLE,
+    jobs,
     runs,
+    workers,
 )
 
 __all__ = [
+    "JOB_BY_DEDUP_KEY",
+    "JOB_CLAIM",
+    "JOB_COUNTS",
+    "JOB_FINISH_MANY",
+    "JOB_INSERT_MANY",
+    "JOB_NEXT_DUE",
+    "JOB_OLDEST_DUE",
+    "JOB_RATES",
+    "JOB_RECENT_FAILURES",
+    "KEEPALIVE_SETTINGS",
     "LOCK_HOLDERS",
     "LOCK_TRY_XACT",
+    "LOCK_XACT",
+    "NO_TIMEOUTS_LOCAL",
+    "PING",
     "RUN_CLAIMING_RECENT_PER_TASK",
     "RUN_INSERT",
     "RUN_INSERT_MISSED",
@@ -46,7 +79,14 @@ __all__ = [
     "RUN_SLOTS_RECORDED",
     "RUN_SLOT_CLAIMED",
     "SCHEMA_REVISION",
+    "WORKER_DELETE",
+    "WORKER_LIST",
+    "WORKER_PRUNE",
+    "WORKER_UPSERT",
+    "AsyncpgStatement",
 ]
+
+_ASYNCPG = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 
 # alembic owns this table; it is declared here only to read it.
 _alembic_version = Table(
@@ -173,3 +213,285 @@ RUN_CLAIMING_RECENT_PER_TASK = (
     .where(_claimed_ranked.c.rank <= bindparam("limit", type_=Integer))
     .order_by(_claimed_ranked.c.task, _claimed_ranked.c.rank)
 )
+
+# -- the job queue ----------------------------------------------------------------------------
+
+# Waits (a standby's lock): returns the moment the holder's transaction ends, also when the
+# holder's process dies and PostgreSQL aborts it.
+LOCK_XACT = select(
+    func.pg_advisory_xact_lock(
+        bindparam("namespace", type_=Integer), bindparam("key", type_=Integer)
+    )
+)
+
+# TCP keepalives for a drainer's connections, in one round trip: the server probes a silent
+# client after :idle s and drops it after :count lost probes (or :user_timeout ms of
+# unacknowledged data), so a dead host's locks go in seconds, not the kernel's two hours.
+# :is_local scopes them to the transaction (the lock connection, which may sit behind
+# PgBouncer in transaction mode) or to the session (a job lane's own connection).
+KEEPALIVE_SETTINGS = select(
+    func.set_config(
+        "tcp_keepalives_idle", bindparam("idle", type_=Text), bindparam("is_local", type_=Boolean)
+    ),
+    func.set_config(
+        "tcp_keepalives_interval",
+        bindparam("interval", type_=Text),
+        bindparam("is_local", type_=Boolean),
+    ),
+    func.set_config(
+        "tcp_keepalives_count", bindparam("count", type_=Text), bindparam("is_local", type_=Boolean)
+    ),
+    func.set_config(
+        "tcp_user_timeout",
+        bindparam("user_timeout", type_=Text),
+        bindparam("is_local", type_=Boolean),
+    ),
+)
+
+# The lock transaction idles by design: no server-side timeout may end it (and so the lock).
+NO_TIMEOUTS_LOCAL = select(
+    func.set_config("idle_in_transaction_session_timeout", "0", True),
+    func.set_config("statement_timeout", "0", True),
+    func.set_config("lock_timeout", "0", True),
+)
+
+# The lock connection is alive (and so is the lock taken in its transaction).
+PING = select(literal(1))
+
+# A literal predicate, not bound values: the planner can only use the partial indexes
+# (ix_jobs_claim, uq_jobs_dedup_key) when it sees these constants in a generic plan too.
+_WAITING = jobs.c.status.in_([literal_column("'pending'"), literal_column("'retrying'")])
+_DEDUP_WHERE = text("dedup_key IS NOT NULL AND status IN ('pending', 'retrying')")
+
+_new_jobs = (
+    func.unnest(
+        bindparam("ids", type_=ARRAY(Uuid)),
+        bindparam("payloads", type_=ARRAY(Text)),
+        bindparam("dedup_keys", type_=ARRAY(Text)),
+    )
+    .table_valued("id", "payload", "dedup_key")
+    .render_derived()
+)
+
+# Many jobs in one statement (one round trip for 10,000). Ids are chosen by the caller so the
+# answer needs no ordering; a row whose dedup key is already waiting is not inserted and its
+# id is not returned. Payloads arrive as JSON text and are parsed by PostgreSQL.
+JOB_INSERT_MANY = (
+    pg_insert(jobs)
+    .from_select(
+        ["id", "job_type", "payload", "queue", "priority", "run_at", "max_retries", "dedup_key"],
+        select(
+            cast(_new_jobs.c.id, Uuid),
+            bindparam("job_type", type_=Text),
+            cast(_new_jobs.c.payload, JSONB),
+            bindparam("queue", type_=Text),
+            bindparam("priority", type_=Integer),
+            func.coalesce(
+                bindparam("run_at", type_=DateTime(timezone=True)),
+                func.now() + bindparam("delay", type_=Interval),
+            ),
+            bindparam("max_retries", type_=Integer),
+            cast(_new_jobs.c.dedup_key, Text),
+        ),
+    )
+    .on_conflict_do_nothing(index_elements=[jobs.c.dedup_key], index_where=_DEDUP_WHERE)
+    .returning(jobs.c.id)
+)
+
+# The waiting jobs that hold some dedup keys (their duplicates were not inserted).
+JOB_BY_DEDUP_KEY = select(jobs.c.dedup_key, jobs.c.id).where(
+    jobs.c.dedup_key == any_(bindparam("dedup_keys", type_=ARRAY(Text))), _DEDUP_WHERE
+)
+
+# The claim: due jobs of one queue, highest priority first, then the longest due. The row
+# locks are the lease: they last as long as the transaction that runs the handlers and writes
+# the outcome, so a dead worker's jobs are due again the moment PostgreSQL aborts it.
+# :now is NULL except under a test clock; the database's clock is the one every host shares.
+JOB_CLAIM = (
+    select(
+        jobs.c.id,
+        jobs.c.job_type,
+        jobs.c.payload,
+        jobs.c.retry_count,
+        jobs.c.max_retries,
+        jobs.c.created_at,
+    )
+    .where(
+        jobs.c.queue == bindparam("queue", type_=Text),
+        _WAITING,
+        jobs.c.run_at <= func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()),
+    )
+    .order_by(jobs.c.priority.desc(), jobs.c.run_at)
+    .limit(bindparam("limit", type_=Integer))
+    .with_for_update(skip_locked=True)
+)
+
+_outcomes = (
+    func.unnest(
+        bindparam("ids", type_=ARRAY(Uuid)),
+        bindparam("statuses", type_=ARRAY(Text)),
+        bindparam("retry_counts", type_=ARRAY(Integer)),
+        bindparam("run_ats", type_=ARRAY(DateTime(timezone=True))),
+        bindparam("errors", type_=ARRAY(Text)),
+        bindparam("error_entries", type_=ARRAY(Text)),
+        bindparam("results", type_=ARRAY(Text)),
+        bindparam("started_ats", type_=ARRAY(DateTime(timezone=True))),
+        bindparam("completed_ats", type_=ARRAY(DateTime(timezone=True))),
+    )
+    .table_valued(
+        "id",
+        "status",
+        "retry_count",
+        "run_at",
+        "error",
+        "error_entry",
+        "result",
+        "started_at",
+        "completed_at",
+    )
+    .render_derived()
+)
+
+# The outcomes of a batch of jobs in one statement: completed, retrying (due again at run_at)
+# or failed. An error entry is appended to error_history; a success keeps the history.
+JOB_FINISH_MANY = (
+    update(jobs)
+    # The status guard matters only when an outcome is written after its transaction was lost
+    # (a handler timed out mid-query): it never overwrites what another worker did since.
+    .where(jobs.c.id == cast(_outcomes.c.id, Uuid), _WAITING)
+    .values(
+        status=cast(_outcomes.c.status, Text),
+        retry_count=cast(_outcomes.c.retry_count, Integer),
+        run_at=func.coalesce(cast(_outcomes.c.run_at, DateTime(timezone=True)), jobs.c.run_at),
+        next_retry_at=cast(_outcomes.c.run_at, DateTime(timezone=True)),
+        error_message=func.coalesce(cast(_outcomes.c.error, Text), jobs.c.error_message),
+        error_history=case(
+            (_outcomes.c.error_entry.is_(None), jobs.c.error_history),
+            else_=jobs.c.error_history.op("||")(
+                func.jsonb_build_array(cast(_outcomes.c.error_entry, JSONB))
+            ),
+        ),
+        result=cast(_outcomes.c.result, JSONB),
+        started_at=cast(_outcomes.c.started_at, DateTime(timezone=True)),
+        completed_at=cast(_outcomes.c.completed_at, DateTime(timezone=True)),
+    )
+)
+
+# Seconds until the next job of a queue is due (NULL: none waiting); an idle worker sleeps
+# until then at most.
+JOB_NEXT_DUE = select(
+    func.extract(
+        "epoch",
+        func.min(jobs.c.run_at)
+        - func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()),
+    )
+).where(jobs.c.queue == bindparam("queue", type_=Text), _WAITING)
+
+JOB_COUNTS = (
+    select(jobs.c.queue, jobs.c.status, func.count().label("count"))
+    .group_by(jobs.c.queue, jobs.c.status)
+    .order_by(jobs.c.queue, jobs.c.status)
+)
+
+# Per queue: how many jobs are due now and since when the oldest has been waiting.
+JOB_OLDEST_DUE = (
+    select(
+        jobs.c.queue,
+        func.count().label("due"),
+        func.min(jobs.c.run_at).label("oldest_due_at"),
+        func.now().label("now"),
+    )
+    .where(_WAITING, jobs.c.run_at <= func.now())
+    .group_by(jobs.c.queue)
+    .order_by(jobs.c.queue)
+)
+
+# When the job's last attempt failed: the "at" of the last error_history entry.
+_last_error_at = jobs.c.error_history.op("->")(-1).op("->>")("at")
+
+JOB_RECENT_FAILURES = (
+    select(
+        jobs.c.id,
+        jobs.c.queue,
+        jobs.c.job_type,
+        jobs.c.status,
+        jobs.c.retry_count,
+        jobs.c.max_retries,
+        jobs.c.error_message,
+        _last_error_at.label("failed_at"),
+        jobs.c.next_retry_at,
+    )
+    .where(jobs.c.status.in_(["failed", "retrying"]))
+    .order_by(_last_error_at.desc().nulls_last())
+    .limit(bindparam("limit", type_=Integer))
+)
+
+
+def _since(minutes: int) -> ColumnElement[bool]:
+    return jobs.c.completed_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, minutes)
+
+
+# Jobs finished in the last 1, 5 and 15 minutes, by outcome (failed: given up for good).
+JOB_RATES = select(
+    *[
+        func.count().filter(jobs.c.status == status, _since(minutes)).label(f"{status}_{minutes}m")
+        for status in ("completed", "failed")
+        for minutes in (1, 5, 15)
+    ]
+).where(jobs.c.completed_at.is_not(None))
+
+_worker_values = {
+    "queue": bindparam("queue", type_=Text),
+    "state": bindparam("state", type_=Text),
+    "host": bindparam("host", type_=Text),
+    "pid": bindparam("pid", type_=Integer),
+    "processed": bindparam("processed", type_=BigInteger),
+    "failed": bindparam("failed", type_=BigInteger),
+    "retried": bindparam("retried", type_=BigInteger),
+    "in_flight": bindparam("in_flight", type_=Integer),
+}
+_worker_insert = pg_insert(workers).values(id=bindparam("id", type_=Uuid), **_worker_values)
+
+# A worker's heartbeat: its row, created on first beat.
+WORKER_UPSERT = _worker_insert.on_conflict_do_update(
+    index_elements=[workers.c.id],
+    set_={
+        **{name: _worker_insert.excluded[name] for name in _worker_values},
+        "heartbeat_at": func.now(),
+    },
+)
+
+WORKER_DELETE = delete(workers).where(workers.c.id == bindparam("id", type_=Uuid))
+
+# Rows of workers that stopped beating long ago (killed, or their host died).
+WORKER_PRUNE = delete(workers).where(
+    workers.c.heartbeat_at < func.now() - bindparam("older_than", type_=Interval)
+)
+
+WORKER_LIST = select(workers, func.now().label("now")).order_by(
+    workers.c.queue, workers.c.state, workers.c.started_at
+)
+
+
+@dataclass(frozen=True)
+class AsyncpgStatement:
+    """A Core statement compiled for a bare asyncpg connection: SQL text and argument order.
+
+    For the few statements run outside SQLAlchemy (the lock connection): compiled once from
+    the same Core statement, with the schema applied, so the SQL still lives only here.
+    """
+
+    sql: str
+    compiled: SQLCompiler
+
+    @classmethod
+    def of(cls, statement: ClauseElement, schema: str) -> AsyncpgStatement:
+        compiled = statement.compile(
+            dialect=_ASYNCPG, schema_translate_map={SCHEMA: schema}, render_schema_translate=True
+        )
+        assert isinstance(compiled, SQLCompiler)
+        return cls(str(compiled), compiled)
+
+    def args(self, **params: Any) -> list[Any]:
+        values = self.compiled.construct_params(params) or {}
+        return [values[name] for name in self.compiled.positiontup or ()]

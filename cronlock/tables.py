@@ -6,12 +6,14 @@ identifier is ever formatted into SQL.
 
 Every column of ``jobs`` but ``job_type`` and ``payload`` has a server-side default: a plain
 ``INSERT INTO cronlock.jobs (job_type, payload) VALUES (...)`` from a trigger or another
-language enqueues a job.
+language enqueues a job, and a statement-level trigger wakes the drainers listening on the
+schema's channel (``jobs_channel``).
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
+    DDL,
     BigInteger,
     CheckConstraint,
     Column,
@@ -24,6 +26,7 @@ from sqlalchemy import (
     Table,
     Text,
     Uuid,
+    event,
     func,
     text,
 )
@@ -37,9 +40,12 @@ __all__ = [
     "RUN_TRIGGERS",
     "SCHEMA",
     "VERSION_TABLE",
+    "WORKER_STATES",
     "jobs",
+    "jobs_channel",
     "metadata",
     "runs",
+    "workers",
 ]
 
 SCHEMA = "cronlock"
@@ -53,6 +59,7 @@ RUN_CLAIMING_STATUSES = ("completed", "partial", "failed", "missed")
 # Who started a run: a `cronlock run` (crontab), the scheduler on time, the scheduler catching
 # up a missed slot, or a person asking for a run outside any slot.
 RUN_TRIGGERS = ("cron", "scheduler", "catch_up", "manual")
+WORKER_STATES = ("active", "standby", "stopping")
 
 metadata = MetaData(
     schema=SCHEMA,
@@ -79,24 +86,86 @@ jobs = Table(
     Column("status", Text, nullable=False, server_default="pending"),
     Column("retry_count", Integer, nullable=False, server_default="0"),
     Column("max_retries", Integer, nullable=False, server_default="3"),
+    # The reference's column, kept as information: the claim reads ``run_at``, which a retry
+    # moves to the same moment.
     Column("next_retry_at", DateTime(timezone=True)),
     Column("error_message", Text),
     Column("error_history", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("started_at", DateTime(timezone=True)),
     Column("completed_at", DateTime(timezone=True)),
+    # -- the queue (migration 0002) --
+    Column("queue", Text, nullable=False, server_default="default"),
+    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("run_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("dedup_key", Text),
+    Column("result", JSONB),
     CheckConstraint(_in("status", JOB_STATUSES), name="status"),
     CheckConstraint("retry_count >= 0", name="retry_count"),
     CheckConstraint("max_retries >= 0", name="max_retries"),
     CheckConstraint("length(job_type) BETWEEN 1 AND 200", name="job_type"),
+    CheckConstraint("length(queue) BETWEEN 1 AND 200", name="queue"),
 )
 
-# The reference's "pickable" index: the rows a drainer may claim, oldest first.
+# Serves the claim: the due rows of one queue in claim order (priority, then due time). A row
+# leaves the index when its status does, so completed history does not slow the claim.
 Index(
-    "ix_jobs_pickable",
-    jobs.c.next_retry_at,
-    jobs.c.created_at,
+    "ix_jobs_claim",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
     postgresql_where=text("status IN ('pending', 'retrying')"),
+)
+
+# At most one waiting job per dedup key; an index, so it holds under concurrent enqueues.
+Index(
+    "uq_jobs_dedup_key",
+    jobs.c.dedup_key,
+    unique=True,
+    postgresql_where=text("dedup_key IS NOT NULL AND status IN ('pending', 'retrying')"),
+)
+
+
+def jobs_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's jobs (PostgreSQL cuts channels at 63 bytes)."""
+    return f"{schema}.jobs"[:63]
+
+
+# A statement-level trigger: one notification per queue per INSERT statement (10,000 rows
+# inserted at once notify once), delivered at commit, none for a rolled-back enqueue. The
+# payload is the queue name. The function reads its schema from TG_TABLE_SCHEMA, so its body
+# does not depend on the schema's name.
+JOBS_NOTIFY_FUNCTION = """\
+CREATE FUNCTION %(schema)s.jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(left(TG_TABLE_SCHEMA || '.jobs', 63), q.queue)
+    FROM (SELECT DISTINCT queue FROM new_jobs) AS q;
+    RETURN NULL;
+END
+$$"""
+JOBS_NOTIFY_TRIGGER = """\
+CREATE TRIGGER jobs_notify AFTER INSERT ON %(fullname)s
+REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT EXECUTE FUNCTION %(schema)s.jobs_notify()"""
+event.listen(jobs, "after_create", DDL(JOBS_NOTIFY_FUNCTION))  # type: ignore[no-untyped-call]
+event.listen(jobs, "after_create", DDL(JOBS_NOTIFY_TRIGGER))  # type: ignore[no-untyped-call]
+
+# One row per running drainer process: who is active for a queue and who stands by, with a
+# heartbeat. Advisory locks decide; this table only makes the decision visible (status).
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("host", Text, nullable=False, server_default=""),
+    Column("pid", Integer),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("processed", BigInteger, nullable=False, server_default="0"),
+    Column("failed", BigInteger, nullable=False, server_default="0"),
+    Column("retried", BigInteger, nullable=False, server_default="0"),
+    Column("in_flight", Integer, nullable=False, server_default="0"),
+    CheckConstraint(_in("state", WORKER_STATES), name="state"),
 )
 
 runs = Table(

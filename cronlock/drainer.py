@@ -1,0 +1,642 @@
+"""The drainer: one active per queue, jobs claimed in batches, the transaction as the lease.
+
+Single active. A drainer opens a dedicated *lock connection* and, in one long transaction on
+it, takes ``pg_advisory_xact_lock(namespace, key-of-queue)``: ``drain`` tries once and is
+skipped when another drainer is active; ``worker`` waits there as a standby and becomes active
+the moment the holder's transaction ends, also when the holder dies (PostgreSQL aborts it when
+the socket closes; TCP keepalives set on the connection notice a dead host in seconds). A
+transaction-level lock also works behind PgBouncer in transaction mode.
+
+The transaction is the lease. A *lane* (one pooled connection; ``concurrency`` lanes) claims
+due jobs with ``SELECT … FOR UPDATE SKIP LOCKED`` and runs their handlers, then writes their
+outcomes, in that same transaction. No ``processing`` state is committed, so there is nothing
+to recover: if the worker dies the transaction aborts, the row locks go and the jobs are due
+again at once, with none of their writes applied (DESIGN.md invariant 4). A worker whose
+connection was cut while it was paused cannot commit: it is fenced by PostgreSQL itself.
+
+Commit modes. ``strict`` (the default, the reference's semantics): one job per transaction.
+``batch``: up to ``batch_size`` jobs per transaction, one outcome UPDATE and one commit per
+batch; faster, but a crash or a lost connection rolls back the whole batch (those jobs run
+again; their database writes were never applied, their external side effects may repeat).
+A handler gets the session of that transaction; the session opens a SAVEPOINT only if the
+handler uses it, so a failure rolls back that handler's writes alone (invariant 5).
+
+Shutdown: ``stop()`` stops claiming; jobs in flight finish (within the grace period the
+command line gives), claimed jobs not yet started are handed back by leaving them out of the
+commit. ``abort()`` closes the lanes' connections: their transactions roll back, their jobs
+are due again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+from sqlalchemy.exc import DBAPIError, InterfaceError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
+
+from . import queries
+from .database import Database
+from .jobs import (
+    Backoff,
+    Handler,
+    Job,
+    JobOutcome,
+    JobStatus,
+    check_queue,
+    outcome_of_failure,
+    outcome_of_success,
+    to_json,
+)
+from .locks import lock_key, namespace_key
+from .metrics import DrainStats
+from .periodic import RunStatus, root_cause
+from .tables import SCHEMA, jobs_channel
+
+__all__ = ["CommitMode", "DrainResult", "Drainer", "Keepalive"]
+
+logger = logging.getLogger("cronlock.drainer")
+
+DRAINER_NAMESPACE = namespace_key("cronlock-drainer")
+DEFAULT_BATCH_SIZE = 50  # below PostgreSQL's 64 cached subtransactions per backend
+_HOST = socket.gethostname()
+
+
+class CommitMode(enum.StrEnum):
+    STRICT = "strict"  # one job per transaction
+    BATCH = "batch"  # one transaction (and one outcome UPDATE) per batch
+
+
+@dataclass(frozen=True)
+class Keepalive:
+    """How fast the server notices a drainer host that vanished without closing its sockets.
+
+    Dead after ``idle + interval * count`` seconds of silence, or ``user_timeout_ms`` of
+    unacknowledged data. Behind PgBouncer, set its own ``tcp_keepalive``/``tcp_keepidle``/
+    ``tcp_keepintvl``/``tcp_keepcnt``/``tcp_user_timeout`` too: the server only sees PgBouncer.
+    """
+
+    idle: int = 5
+    interval: int = 2
+    count: int = 3
+    user_timeout_ms: int = 10_000
+
+    def params(self, *, is_local: bool) -> dict[str, Any]:
+        return {
+            "idle": str(self.idle),
+            "interval": str(self.interval),
+            "count": str(self.count),
+            "user_timeout": str(self.user_timeout_ms),
+            "is_local": is_local,
+        }
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What a drain (or a worker, when it stops) did: a status and the stats."""
+
+    queue: str
+    status: RunStatus
+    stats: dict[str, Any]
+    skip_reason: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": "drain",
+            "queue": self.queue,
+            "status": self.status.value,
+            "skip_reason": self.skip_reason,
+            "error": self.error,
+            **self.stats,
+        }
+
+
+class _LostLease(Exception):
+    """The lane's transaction is gone (its connection was cut or a savepoint could not be
+    rolled back): nothing of it committed."""
+
+
+@dataclass
+class _Lane:
+    number: int
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    raw: Any = None  # the asyncpg connection under the lane, to cut it on abort
+    in_flight: int = 0
+
+
+class Drainer:
+    """Drains one queue of an app's jobs; see the module docstring for the model."""
+
+    def __init__(
+        self,
+        database: Database,
+        handlers: Mapping[str, Handler],
+        *,
+        queue: str = "default",
+        commit_mode: CommitMode | str = CommitMode.STRICT,
+        batch_size: int | None = None,
+        concurrency: int = 1,
+        poll_interval: float = 5.0,
+        heartbeat_interval: float = 2.0,
+        keepalive: Keepalive | None = Keepalive(),
+        clock: Callable[[], datetime] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.database = database
+        self.handlers = handlers
+        self.queue = check_queue(queue)
+        self.commit_mode = CommitMode(commit_mode)
+        if self.commit_mode is CommitMode.STRICT:
+            self.batch_size = 1
+        else:
+            self.batch_size = batch_size or DEFAULT_BATCH_SIZE
+        if self.batch_size < 1 or concurrency < 1:
+            raise ValueError("batch_size and concurrency must be at least 1")
+        self.concurrency = concurrency
+        self.poll_interval = poll_interval
+        self.heartbeat_interval = heartbeat_interval
+        self.keepalive = keepalive
+        self.clock = clock
+        self.rng = rng
+        self.lock_key = lock_key("queue:" + self.queue)
+        self.worker_id = uuid.uuid4()
+        self.stats = DrainStats()
+        self.state = "standby"
+        self._stopping = asyncio.Event()
+        self._aborted = False
+        self._lanes: list[_Lane] = []
+        self._lane_tasks: list[asyncio.Task[None]] = []
+        self._deadline: float | None = None
+        self._engine: AsyncEngine | None = None
+
+    # -- control (signal handlers call these) ---------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; jobs in flight finish, claimed jobs not started are handed back."""
+        if not self._stopping.is_set():
+            logger.info(
+                "stopping: no new jobs, waiting for the ones in flight",
+                extra={"action": "drainer_stopping", "queue": self.queue},
+            )
+        self._stopping.set()
+        for lane in self._lanes:
+            lane.wake.set()
+
+    def abort(self) -> None:
+        """Roll back the jobs in flight (their connections are cut) and stop now."""
+        self.stop()
+        if self._aborted:
+            return
+        self._aborted = True
+        logger.warning(
+            "aborting: jobs in flight are rolled back and return to the queue",
+            extra={"action": "drainer_aborting", "queue": self.queue},
+        )
+        for lane in self._lanes:
+            self.stats.rolled_back += lane.in_flight
+            if lane.raw is not None:
+                lane.raw.terminate()  # the server rolls the transaction back
+        for task in self._lane_tasks:
+            task.cancel()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    # -- the two ways to run --------------------------------------------------------------
+
+    async def drain(self, *, max_seconds: float | None = None) -> DrainResult:
+        """Process due jobs until none is due or ``max_seconds`` passed; skip if not alone."""
+        self.stats = DrainStats()
+        if max_seconds is not None:
+            self._deadline = time.monotonic() + max_seconds
+        return await self._run(wait_for_lock=False, until_empty=True)
+
+    async def work(self) -> DrainResult:
+        """Stand by until active, then process jobs as they come, until ``stop()``."""
+        self.stats = DrainStats()
+        return await self._run(wait_for_lock=True, until_empty=False)
+
+    # -- the lock connection ----------------------------------------------------------------
+
+    async def _raw_connect(self) -> Any:
+        # A bare asyncpg connection: the lock must outlive pooled checkouts, and cancelling a
+        # waiting pg_advisory_xact_lock is cleanest at this level.
+        _, options = self._engine_or_create().dialect.create_connect_args(self.database.url)
+        for key in ("prepared_statement_cache_size", "prepared_statement_name_func"):
+            options.pop(key, None)
+        return await asyncpg.connect(
+            **options, server_settings={"application_name": f"cronlock-drainer:{self.queue}"}
+        )
+
+    def _statement(self, statement: Any) -> queries.AsyncpgStatement:
+        return queries.AsyncpgStatement.of(statement, self.database.schema)
+
+    async def _run(self, *, wait_for_lock: bool, until_empty: bool) -> DrainResult:
+        lock_conn = await self._raw_connect()
+        heartbeat: asyncio.Task[None] | None = None
+        listener: Any = None
+        error: str | None = None
+        try:
+            transaction = lock_conn.transaction()
+            await transaction.start()
+            if self.keepalive is not None:
+                settings = self._statement(queries.KEEPALIVE_SETTINGS)
+                await lock_conn.fetch(
+                    settings.sql, *settings.args(**self.keepalive.params(is_local=True))
+                )
+            no_timeouts = self._statement(queries.NO_TIMEOUTS_LOCAL)
+            await lock_conn.fetch(no_timeouts.sql, *no_timeouts.args())
+            lock_args = {"namespace": DRAINER_NAMESPACE, "key": self.lock_key}
+            if not wait_for_lock:
+                try_lock = self._statement(queries.LOCK_TRY_XACT)
+                if not await lock_conn.fetchval(try_lock.sql, *try_lock.args(**lock_args)):
+                    logger.info(
+                        "skipped: another drainer is active on queue %s",
+                        self.queue,
+                        extra={"action": "drain_skipped", "queue": self.queue},
+                    )
+                    return self._result(skip_reason="another drainer is active")
+            else:
+                heartbeat = asyncio.create_task(self._heartbeat())
+                if not await self._wait_for_lock(lock_conn, lock_args):
+                    return self._result()
+            self.state = "active"
+            logger.info(
+                "active on queue %s (%s, batch %d, concurrency %d)",
+                self.queue,
+                self.commit_mode.value,
+                self.batch_size,
+                self.concurrency,
+                extra={"action": "drainer_active", "queue": self.queue},
+            )
+            if heartbeat is None:
+                heartbeat = asyncio.create_task(self._heartbeat())
+            if not until_empty:
+                listener = await self._listen()
+            error = await self._run_lanes(lock_conn, until_empty=until_empty)
+            self.state = "stopping"
+            with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                await transaction.rollback()  # nothing was written on it: releases the lock
+            return self._result(error=error)
+        finally:
+            self.stats.stop()
+            if heartbeat is not None:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+                await self._forget_worker()
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.close()
+            lock_conn.terminate()
+            if self._engine is not None:
+                await self._engine.dispose()
+                self._engine = None
+
+    async def _wait_for_lock(self, lock_conn: Any, lock_args: dict[str, int]) -> bool:
+        """Block on the lock as a standby; False when stopped before getting it."""
+        lock = self._statement(queries.LOCK_XACT)
+        waiting = asyncio.ensure_future(lock_conn.fetchval(lock.sql, *lock.args(**lock_args)))
+        stopped = asyncio.ensure_future(self._stopping.wait())
+        logger.info(
+            "standing by for queue %s",
+            self.queue,
+            extra={"action": "drainer_standby", "queue": self.queue},
+        )
+        done, _ = await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if waiting in done:
+            stopped.cancel()
+            waiting.result()
+            return True
+        waiting.cancel()  # asyncpg cancels the server-side wait
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await waiting
+        return False
+
+    async def _listen(self) -> Any:
+        """LISTEN on the schema's channel; a notification for this queue wakes idle lanes."""
+        try:
+            listener = await self._raw_connect()
+            await listener.add_listener(jobs_channel(self.database.schema), self._notified)
+        except (OSError, asyncpg.PostgresError) as exc:
+            # Behind PgBouncer in transaction mode LISTEN is not available: poll instead.
+            logger.warning(
+                "LISTEN unavailable (%s): polling every %s s",
+                exc,
+                self.poll_interval,
+                extra={"action": "listen_unavailable", "queue": self.queue},
+            )
+            return None
+        return listener
+
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if payload == self.queue:
+            for lane in self._lanes:
+                lane.wake.set()
+
+    # -- lanes --------------------------------------------------------------------------------
+
+    def _engine_or_create(self) -> AsyncEngine:
+        if self._engine is None:
+            engine = create_async_engine(
+                self.database.url,
+                pool_size=self.concurrency,
+                max_overflow=1,
+                connect_args={"server_settings": {"application_name": "cronlock-lane"}},
+            )
+            if self.database.schema != SCHEMA:
+                engine = engine.execution_options(
+                    schema_translate_map={SCHEMA: self.database.schema}
+                )
+            self._engine = engine
+        return self._engine
+
+    async def _run_lanes(self, lock_conn: Any, *, until_empty: bool) -> str | None:
+        """Run the lanes until they are done; an error message if the lock was lost."""
+        self._lanes = [_Lane(n) for n in range(self.concurrency)]
+        self._lane_tasks = [
+            asyncio.create_task(self._lane(lane, until_empty=until_empty)) for lane in self._lanes
+        ]
+        watch = asyncio.create_task(self._watch_lock(lock_conn))
+        error: str | None = None
+        try:
+            results = await asyncio.gather(*self._lane_tasks, return_exceptions=True)
+            for outcome in results:
+                if isinstance(outcome, BaseException) and not isinstance(
+                    outcome, asyncio.CancelledError
+                ):
+                    error = f"{type(root_cause(outcome)).__name__}: {root_cause(outcome)}"
+                    logger.error(
+                        "a lane failed: %s",
+                        error,
+                        extra={"action": "lane_failed", "queue": self.queue},
+                        exc_info=outcome,
+                    )
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                lost = await watch
+                if lost:
+                    error = lost
+        return error
+
+    async def _watch_lock(self, lock_conn: Any) -> str | None:
+        """Stop the lanes if the lock connection dies: another drainer may be active now."""
+        ping = self._statement(queries.PING)
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            try:
+                await asyncio.wait_for(
+                    lock_conn.fetchval(ping.sql, *ping.args()), self.heartbeat_interval * 3
+                )
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                message = f"lost the drainer lock ({type(exc).__name__}: {exc})"
+                logger.error(message, extra={"action": "lock_lost", "queue": self.queue})
+                self.stop()
+                return message
+
+    async def _lane(self, lane: _Lane, *, until_empty: bool) -> None:
+        async with self._engine_or_create().connect() as conn:
+            if self.keepalive is not None:
+                await conn.execute(
+                    queries.KEEPALIVE_SETTINGS, self.keepalive.params(is_local=False)
+                )
+                await conn.commit()
+            while not self.stopping:
+                if self._deadline is not None and time.monotonic() >= self._deadline:
+                    break
+                lane.wake.clear()
+                lane.raw = (await conn.get_raw_connection()).driver_connection
+                claimed = await self._batch(conn, lane)
+                if claimed:
+                    continue
+                if until_empty:
+                    break
+                await self._idle(conn, lane)
+
+    async def _idle(self, conn: AsyncConnection, lane: _Lane) -> None:
+        """Sleep until notified, until the next job is due, or for the poll interval."""
+        seconds = await conn.scalar(
+            queries.JOB_NEXT_DUE, {"queue": self.queue, "now": self._db_now()}
+        )
+        await conn.rollback()
+        timeout = self.poll_interval if seconds is None else min(float(seconds), self.poll_interval)
+        if timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(lane.wake.wait(), timeout)
+
+    def _now(self) -> datetime:
+        return self.clock() if self.clock is not None else datetime.now(UTC)
+
+    def _db_now(self) -> datetime | None:
+        # None: the claim uses the database's clock, which every host shares.
+        return self.clock() if self.clock is not None else None
+
+    async def _batch(self, conn: AsyncConnection, lane: _Lane) -> int:
+        """Claim, run and finish one batch in one transaction; the number of jobs claimed."""
+        outcomes: list[JobOutcome] = []
+        claimed: list[Job] = []
+        try:
+            async with conn.begin():
+                rows = await conn.execute(
+                    queries.JOB_CLAIM,
+                    {"queue": self.queue, "limit": self.batch_size, "now": self._db_now()},
+                )
+                claimed = [Job(*row) for row in rows]
+                for job in claimed:
+                    if self.stopping:
+                        break
+                    lane.in_flight = 1
+                    outcome = await self._attempt(conn, job)
+                    lane.in_flight = 0
+                    outcomes.append(outcome)
+                if outcomes:
+                    await conn.execute(queries.JOB_FINISH_MANY, _columns(outcomes))
+        except _LostLease as lost:
+            await self._after_lost_lease(conn, lost, outcomes)
+            return len(claimed)
+        finally:
+            lane.in_flight = 0
+        self.stats.handed_back += len(claimed) - len(outcomes)
+        self._count(outcomes)
+        return len(claimed)
+
+    async def _attempt(self, conn: AsyncConnection, job: Job) -> JobOutcome:
+        handler = self.handlers.get(job.job_type)
+        started = self._now()
+        clock = time.perf_counter()
+        if handler is None:
+            return self._failed(
+                job, f"no handler registered for job type {job.job_type!r}", started, None
+            )
+        # Joins the lane's transaction with a SAVEPOINT, opened only if the handler uses it.
+        session = AsyncSession(
+            bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False
+        )
+        try:
+            async with asyncio.timeout(handler.timeout):
+                value = await handler.func(session, job.payload)
+            result = None if value is None else to_json(value, "the handler's result")
+            if session.in_transaction():
+                await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
+        except Exception as exc:
+            error = _describe(exc, handler)
+            try:
+                if session.in_transaction():
+                    await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
+            except Exception as broken:
+                outcome = self._failed(job, error, started, handler)
+                raise _LostLease(outcome) from broken
+            if conn.invalidated:
+                raise _LostLease(self._failed(job, error, started, handler)) from exc
+            self.stats.run_time.record(time.perf_counter() - clock)
+            return self._failed(job, error, started, handler)
+        finally:
+            await session.close()
+        self.stats.run_time.record(time.perf_counter() - clock)
+        return outcome_of_success(job, result, started, self._now())
+
+    def _failed(
+        self, job: Job, error: str, started: datetime, handler: Handler | None
+    ) -> JobOutcome:
+        backoff = handler.backoff if handler is not None else Backoff()
+        outcome = outcome_of_failure(job, error, started, self._now(), backoff, self.rng)
+        logger.warning(
+            "job %s (%s) attempt %d failed: %s%s",
+            job.id,
+            job.job_type,
+            job.retry_count + 1,
+            error,
+            "; retrying" if outcome.status is JobStatus.RETRYING else "; giving up",
+            extra={"action": "job_failed", "queue": self.queue, "job_id": str(job.id)},
+        )
+        return outcome
+
+    async def _after_lost_lease(
+        self, conn: AsyncConnection, lost: _LostLease, done: list[JobOutcome]
+    ) -> None:
+        """The transaction is gone: record the failed attempt alone, the rest runs again."""
+        (outcome,) = lost.args
+        with contextlib.suppress(Exception):
+            await conn.rollback()
+        if conn.invalidated:
+            await conn.invalidate()
+        self.stats.rolled_back += len(done)
+        try:
+            async with conn.begin():
+                await conn.execute(queries.JOB_FINISH_MANY, _columns([outcome]))
+        except (DBAPIError, InterfaceError) as exc:
+            logger.error(
+                "could not record the failure of job %s: %s",
+                outcome.id,
+                exc,
+                extra={"action": "job_outcome_lost", "queue": self.queue},
+            )
+            return
+        self._count([outcome])
+
+    def _count(self, outcomes: list[JobOutcome]) -> None:
+        """Count committed outcomes (called after the commit)."""
+        now = datetime.now(UTC)
+        for outcome in outcomes:
+            if outcome.status is JobStatus.COMPLETED:
+                self.stats.processed += 1
+                if outcome.created_at is not None:
+                    self.stats.end_to_end.record((now - outcome.created_at).total_seconds())
+            elif outcome.status is JobStatus.RETRYING:
+                self.stats.retried += 1
+            else:
+                self.stats.failed += 1
+
+    # -- visibility -------------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        engine = self.database.engine
+        first = True
+        while True:
+            try:
+                async with engine.begin() as conn:
+                    if first:
+                        await conn.execute(queries.WORKER_PRUNE, {"older_than": _STALE_WORKERS})
+                        first = False
+                    await conn.execute(
+                        queries.WORKER_UPSERT,
+                        {
+                            "id": self.worker_id,
+                            "queue": self.queue,
+                            "state": "stopping" if self.stopping else self.state,
+                            "host": _HOST,
+                            "pid": os.getpid(),
+                            "processed": self.stats.processed,
+                            "failed": self.stats.failed,
+                            "retried": self.stats.retried,
+                            "in_flight": sum(lane.in_flight for lane in self._lanes),
+                        },
+                    )
+            except (OSError, DBAPIError) as exc:
+                logger.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
+            await asyncio.sleep(self.heartbeat_interval)
+
+    async def _forget_worker(self) -> None:
+        with contextlib.suppress(OSError, DBAPIError):
+            async with self.database.engine.begin() as conn:
+                await conn.execute(queries.WORKER_DELETE, {"id": self.worker_id})
+
+    def _result(self, *, skip_reason: str | None = None, error: str | None = None) -> DrainResult:
+        self.stats.stop()
+        if skip_reason is not None:
+            status = RunStatus.SKIPPED
+        elif error is not None:
+            status = RunStatus.FAILED
+        elif self.stats.failed or self.stats.retried:
+            status = RunStatus.PARTIAL
+        else:
+            status = RunStatus.COMPLETED
+        return DrainResult(
+            queue=self.queue,
+            status=status,
+            stats=self.stats.report(),
+            skip_reason=skip_reason,
+            error=error,
+        )
+
+
+_STALE_WORKERS = timedelta(hours=1)
+
+
+def _describe(exc: BaseException, handler: Handler) -> str:
+    if isinstance(exc, TimeoutError) and handler.timeout is not None:
+        return f"TimeoutError: the handler ran longer than its timeout of {handler.timeout} s"
+    cause = root_cause(exc)
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+    return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+
+
+def _columns(outcomes: list[JobOutcome]) -> dict[str, list[Any]]:
+    """Outcomes as the column arrays JOB_FINISH_MANY unnests."""
+    return {
+        "ids": [o.id for o in outcomes],
+        "statuses": [o.status.value for o in outcomes],
+        "retry_counts": [o.retry_count for o in outcomes],
+        "run_ats": [o.run_at for o in outcomes],
+        "errors": [o.error for o in outcomes],
+        "error_entries": [o.error_entry for o in outcomes],
+        "results": [o.result for o in outcomes],
+        "started_ats": [o.started_at for o in outcomes],
+        "completed_ats": [o.completed_at for o in outcomes],
+    }

@@ -1,0 +1,104 @@
+"""Job handlers for tests: no-ops, flaky and failing ones, slow ones, and a counter row.
+
+The counter handler increments one row and logs its job id in the job's transaction: if a
+job's writes were ever applied twice, ``counter.n`` would exceed the number of jobs and
+``job_log`` would hold a job id twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Column, Integer, MetaData, Table, Text, insert, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+import cronlock
+
+app = cronlock.App()
+
+scratch = MetaData()
+counter = Table("counter", scratch, Column("id", Integer, primary_key=True), Column("n", Integer))
+job_log = Table("job_log", scratch, Column("job", Text, nullable=False))
+
+attempts: dict[str, int] = {}
+
+
+@app.job("noop")
+async def noop(session: AsyncSession, payload: Any) -> None:
+    return None
+
+
+@app.job("echo")
+async def echo(session: AsyncSession, payload: Any) -> Any:
+    return {"echo": payload}
+
+
+@app.job("flaky", max_retries=5, backoff=cronlock.Backoff(jitter=0))
+async def flaky(session: AsyncSession, payload: Any) -> dict[str, Any]:
+    """Fails on its first two attempts, then succeeds (counted per payload key)."""
+    key = str(payload["key"])
+    attempts[key] = attempts.get(key, 0) + 1
+    if attempts[key] < 3:
+        raise ValueError(f"temporary failure {attempts[key]}")
+    return {"ok": True, "attempts": attempts[key]}
+
+
+@app.job("always_fail", max_retries=2, backoff=cronlock.Backoff(jitter=0))
+async def always_fail(session: AsyncSession, payload: Any) -> None:
+    await session.execute(insert(job_log).values(job="always_fail"))  # rolled back each time
+    raise ValueError("permanent error")
+
+
+@app.job("count")
+async def count(session: AsyncSession, payload: Any) -> None:
+    """+1 on the counter row and a log line, both in the job's transaction."""
+    await session.execute(update(counter).where(counter.c.id == 1).values(n=counter.c.n + 1))
+    await session.execute(insert(job_log).values(job=str(payload["n"])))
+    hold = os.environ.get("HOLD_MARKER")
+    if hold and payload["n"] == int(os.environ.get("HOLD_AT", "-1")):
+        marker = Path(hold)
+        if not marker.exists():  # the first worker to get here holds; a successor does not
+            marker.write_text(str(os.getpid()))
+            await asyncio.Event().wait()
+    delay = float(os.environ.get("COUNT_DELAY", "0"))
+    if delay:
+        await asyncio.sleep(delay)
+
+
+@app.job("gated")
+async def gated(session: AsyncSession, payload: Any) -> dict[str, Any]:
+    """Tells the test it started (a marker file), then waits for the test's release file."""
+    Path(os.environ["GATE_STARTED"]).write_text(str(payload["n"]))
+    release = Path(os.environ["GATE_RELEASE"])
+    deadline = time.monotonic() + 60
+    while not release.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    await session.execute(insert(job_log).values(job=str(payload["n"])))
+    return {"n": payload["n"]}
+
+
+@app.job("sleepy", max_retries=0, timeout=0.2)
+async def sleepy(session: AsyncSession, payload: Any) -> None:
+    await session.execute(insert(job_log).values(job="sleepy"))
+    await asyncio.sleep(30)
+
+
+@app.job("sql_sleepy", max_retries=0, timeout=0.3)
+async def sql_sleepy(session: AsyncSession, payload: Any) -> None:
+    await session.execute(insert(job_log).values(job="sql_sleepy"))
+    await session.execute(text("SELECT pg_sleep(30)"))
+
+
+@app.job("bad_result")
+async def bad_result(session: AsyncSession, payload: Any) -> Any:
+    return {"not json": object()}
+
+
+@app.job("bad_sql", max_retries=0)
+async def bad_sql(session: AsyncSession, payload: Any) -> None:
+    await session.execute(insert(job_log).values(job="bad_sql"))
+    await session.execute(text("SELECT * FROM no_such_table"))
