@@ -23,7 +23,9 @@ from sqlalchemy.exc import DBAPIError
 from . import embedded, schema
 from .app import App
 from .database import Database
-from .errors import CronlockError, DatabaseUnavailable
+from .drainer import CommitMode, Drainer, DrainResult
+from .errors import CronlockError, DatabaseUnavailable, InvalidJobOption
+from .jobs import Enqueued
 from .loader import load_app
 from .periodic import RunResult, RunStatus
 
@@ -309,8 +311,11 @@ def run_task(
 
     From crontab the invocation maps to the fire time it is for (up to the task's grace
     late); a slot that already ran is skipped (slot_done). Outside every slot's grace nothing
-    runs (skipped, no_slot) unless --manual.
+    runs (skipped, no_slot) unless --manual. TASK may be the built-in `drain` (the job queue:
+    see `cronlock drain`).
     """
+    if task == "drain":
+        _drain(options, DrainOptions(), None, as_json, skipped_exit_code)
     app = options.load_app()
     app.task(task)  # an unknown task fails before any connection is made
     database = options.database(app)
@@ -340,7 +345,7 @@ def run_task(
 )
 @pass_options
 def status(options: Options, as_json: bool, limit: int) -> None:
-    """Last runs per task."""
+    """Last runs per task; the queue: counts, oldest due job, failures, rates, drainers."""
     from .status import collect
 
     app = options.load_app()
@@ -366,6 +371,8 @@ def status(options: Options, as_json: bool, limit: int) -> None:
             )
             slot = run.get("slot") or ("manual" if run.get("trigger") == "manual" else "none")
             click.echo(f"  {run['started_at']}  {run['status']:<9}  slot {slot}  {detail}")
+    for line in describe_queue(report["queue"]):
+        click.echo(line)
 
 
 def _health_line(entry: dict[str, Any]) -> str:
@@ -416,6 +423,308 @@ def demo(options: Options) -> None:
     lines = _run(lambda: run_demo(app, database, setup, where), app)
     for line in lines:
         click.echo(line)
+
+
+# -- the job queue: enqueue, drain, worker ---------------------------------------------------
+
+
+def _parse_run_at(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidJobOption(f"--run-at: not an ISO 8601 time: {value!r}") from None
+    if moment.tzinfo is None:
+        raise InvalidJobOption(f"--run-at: give a timezone (e.g. {value}+00:00 or {value}Z)")
+    return moment
+
+
+@cli.command()
+@click.argument("job_type")
+@click.argument("payload", required=False)
+@click.option(
+    "--max-retries", type=int, help="Retries after a failed attempt (default: the handler's)."
+)
+@click.option("--delay", type=float, help="Seconds from now before the job is due.")
+@click.option("--run-at", help="When the job is due (ISO 8601 with a timezone).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--queue", help="Queue name (default: the handler's).")
+@click.option("--dedup-key", help="No new job while one with this key is waiting.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_options
+def enqueue(
+    options: Options,
+    job_type: str,
+    payload: str | None,
+    max_retries: int | None,
+    delay: float | None,
+    run_at: str | None,
+    priority: int,
+    queue: str | None,
+    dedup_key: str | None,
+    as_json: bool,
+) -> None:
+    """Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id."""
+    from .jobs import handler_for, parse_json
+
+    app = options.load_app()
+    # Everything is checked before any connection is made: bad input writes nothing.
+    handler_for(app.handlers, job_type)
+    value = None if payload is None else parse_json(payload, "PAYLOAD")
+    moment = _parse_run_at(run_at)
+    database = options.database(app)
+
+    async def go() -> Enqueued:
+        await schema.ensure_ready(database)
+        async with database.session() as session:
+            answer = await app.enqueue(
+                session,
+                job_type,
+                value,
+                max_retries=max_retries,
+                delay=delay,
+                run_at=moment,
+                priority=priority,
+                queue=queue,
+                dedup_key=dedup_key,
+            )
+            await session.commit()
+            return answer
+
+    answer = _run(go, app)
+    if as_json:
+        click.echo(json.dumps({"job_type": job_type, **answer.to_dict()}))
+    elif answer.created:
+        click.echo(str(answer.id))
+    else:
+        click.echo(f"{answer.id} (already waiting with dedup key {dedup_key!r})")
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    queue: str = "default"
+    commit_mode: str = CommitMode.STRICT.value
+    batch_size: int | None = None
+    concurrency: int = 1
+    grace_period: float = 30.0
+    poll_interval: float = 5.0
+
+
+def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option("--queue", default="default", show_default=True, help="Queue to drain."),
+            click.option(
+                "--commit-mode",
+                type=click.Choice([mode.value for mode in CommitMode]),
+                default=CommitMode.STRICT.value,
+                show_default=True,
+                help="strict: a transaction per job; batch: one per batch (faster, "
+                "a crash rolls back the batch).",
+            ),
+            click.option(
+                "--batch-size",
+                type=click.IntRange(1, 10_000),
+                help="Jobs per claim in batch mode (default 50).",
+            ),
+            click.option(
+                "--concurrency",
+                type=click.IntRange(1, 64),
+                default=1,
+                show_default=True,
+                help="Jobs run at once, each on its own connection (for IO-bound handlers).",
+            ),
+            click.option(
+                "--grace-period",
+                type=click.FloatRange(0),
+                default=30.0,
+                show_default=True,
+                help="Seconds jobs in flight get to finish after SIGTERM/SIGINT.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _on_signals(drainer: Drainer, grace_period: float) -> None:
+    """SIGTERM/SIGINT: stop claiming, let jobs in flight finish within the grace period;
+    a second signal, or the end of the grace period, aborts them (they roll back)."""
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+
+    def handle(signum: int) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            drainer.stop()
+            loop.call_later(grace_period, drainer.abort)
+        else:
+            drainer.abort()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, handle, signum)
+
+
+def _drain(
+    options: Options,
+    drain_options: DrainOptions,
+    max_seconds: float | None,
+    as_json: bool,
+    skipped_exit_code: int,
+    *,
+    daemon: bool = False,
+) -> NoReturn:
+    app = options.load_app()
+    database = options.database(app)
+
+    async def go() -> DrainResult:
+        await schema.ensure_ready(database)
+        drainer = app.drainer(
+            queue=drain_options.queue,
+            commit_mode=drain_options.commit_mode,
+            batch_size=drain_options.batch_size,
+            concurrency=drain_options.concurrency,
+            poll_interval=drain_options.poll_interval,
+        )
+        _on_signals(drainer, drain_options.grace_period)
+        if daemon:
+            return await drainer.work()
+        return await drainer.drain(max_seconds=max_seconds)
+
+    result = _run(go, app)
+    if as_json or daemon:
+        click.echo(json.dumps(result.to_dict()))
+    else:
+        for line in describe_drain(result):
+            click.echo(line)
+    if daemon:
+        _exit(EXIT_FAILED if result.status is RunStatus.FAILED else EXIT_OK)
+    _exit(exit_code_of_drain(result, skipped_exit_code))
+
+
+def describe_queue(queue: dict[str, Any]) -> list[str]:
+    """``cronlock status``'s queue part in readable lines."""
+    lines = []
+    for entry in queue["queues"]:
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(entry["counts"].items()))
+        age = entry["oldest_due_age_seconds"]
+        oldest = f"; {entry['due']} due, oldest waiting {age:.1f} s" if age is not None else ""
+        lines.append(f"queue {entry['queue']}: {counts or 'empty'}{oldest}")
+    if not queue["queues"]:
+        lines.append("queue: no jobs")
+    rates = queue["rates"]
+    lines.append(
+        f"  completed/min: {rates['completed_per_min_1m']} (1 m), "
+        f"{rates['completed_per_min_5m']} (5 m), {rates['completed_per_min_15m']} (15 m); "
+        f"failed/min: {rates['failed_per_min_1m']} (1 m), {rates['failed_per_min_5m']} (5 m)"
+    )
+    for worker in queue["workers"]:
+        lines.append(
+            f"  drainer {worker['host']}:{worker['pid']} queue {worker['queue']}: "
+            f"{worker['state']} (heartbeat {worker['heartbeat_age_seconds']:.1f} s ago, "
+            f"{worker['processed']} completed, {worker['in_flight']} in flight)"
+        )
+    for failure in queue["recent_failures"]:
+        lines.append(
+            f"  {failure['status']:<8} {failure['job_type']} {failure['id']} "
+            f"(retry {failure['retry_count']}/{failure['max_retries']}): {failure['error_message']}"
+        )
+    return lines
+
+
+def exit_code_of_drain(result: DrainResult, skipped_exit_code: int = EXIT_OK) -> int:
+    """0 nothing failed (or skipped), 3 some attempts failed (jobs retrying or failed, the
+    rest committed), 1 the drainer itself failed (its lock or its database went away)."""
+    return {
+        RunStatus.COMPLETED: EXIT_OK,
+        RunStatus.SKIPPED: skipped_exit_code,
+        RunStatus.FAILED: EXIT_FAILED,
+        RunStatus.PARTIAL: EXIT_PARTIAL,
+    }[result.status]
+
+
+def describe_drain(result: DrainResult) -> list[str]:
+    stats = result.stats
+    if result.status is RunStatus.SKIPPED:
+        return [f"drain {result.queue}: skipped ({result.skip_reason})"]
+    lines = [
+        f"drain {result.queue}: {result.status.value} — {stats['processed']} completed, "
+        f"{stats['retried']} retrying, {stats['failed']} failed in {stats['elapsed_seconds']} s "
+        f"({stats['throughput_per_sec']} jobs/s, p95 {stats['p95_latency_ms']} ms)"
+    ]
+    if result.error:
+        lines.append(f"  error: {result.error}")
+    return lines
+
+
+@cli.command()
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(0, min_open=True),
+    help="Stop claiming after this many seconds (cron-friendly: 55 for every minute).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--skipped-exit-code",
+    type=click.IntRange(0, 255),
+    default=EXIT_OK,
+    show_default=True,
+    help="Exit code when another drainer is active.",
+)
+@_drainer_options
+@pass_options
+def drain(
+    options: Options,
+    max_seconds: float | None,
+    as_json: bool,
+    skipped_exit_code: int,
+    queue: str,
+    commit_mode: str,
+    batch_size: int | None,
+    concurrency: int,
+    grace_period: float,
+) -> None:
+    """Process due jobs until none is due or S seconds passed; skip if another drainer is
+    active. Exit 0 all went well, 3 some attempts failed, 1 the drainer failed."""
+    _drain(
+        options,
+        DrainOptions(queue, commit_mode, batch_size, concurrency, grace_period),
+        max_seconds,
+        as_json,
+        skipped_exit_code,
+    )
+
+
+@cli.command()
+@_drainer_options
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(0.01),
+    default=5.0,
+    show_default=True,
+    help="Seconds between checks when no notification comes (LISTEN/NOTIFY wakes it at once).",
+)
+@pass_options
+def worker(
+    options: Options,
+    queue: str,
+    commit_mode: str,
+    batch_size: int | None,
+    concurrency: int,
+    grace_period: float,
+    poll_interval: float,
+) -> None:
+    """Long-running drainer: stands by while another is active, takes over when it stops or
+    dies. SIGTERM/SIGINT stop it gracefully; it prints its stats (one JSON object) on exit."""
+    _drain(
+        options,
+        DrainOptions(queue, commit_mode, batch_size, concurrency, grace_period, poll_interval),
+        None,
+        True,
+        EXIT_OK,
+        daemon=True,
+    )
 
 
 def main() -> None:

@@ -328,14 +328,14 @@ class Drainer:
         return False
 
     async def _listen(self) -> Any:
-        """LISTEN on the schema's channel; a notification for this queue wakes idle lanes."""
+        """Subscribe to the schema's channel; a notification for this queue wakes idle lanes."""
         try:
             listener = await self._raw_connect()
             await listener.add_listener(jobs_channel(self.database.schema), self._notified)
         except (OSError, asyncpg.PostgresError) as exc:
-            # Behind PgBouncer in transaction mode LISTEN is not available: poll instead.
+            # Behind PgBouncer in transaction mode there is no LISTEN: poll instead.
             logger.warning(
-                "LISTEN unavailable (%s): polling every %s s",
+                "notifications unavailable (%s): polling every %s s",
                 exc,
                 self.poll_interval,
                 extra={"action": "listen_unavailable", "queue": self.queue},

@@ -1,7 +1,8 @@
 """What ``cronlock status`` reports, computed from the tables.
 
 Per task: the last runs, and how its schedule is doing — the last success, how many failures
-and missed slots in a row, and how late recent runs started.
+and missed slots in a row, and how late recent runs started. The queue: counts by status, the
+oldest due job, recent failures, rates, and the drainers.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ async def collect(app: App, database: Database, *, limit: int = 5) -> dict[str, 
         "tasks": [
             {"task": name, "last_runs": by_task.get(name, []), **health.get(name, _NO_HEALTH)}
             for name in names
-        ]
+        ],
+        "queue": await collect_queue(database, failures=max(limit, 10)),
     }
 
 
@@ -99,3 +101,69 @@ async def _slot_health(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
             },
         }
     return health
+
+
+# -- the job queue ----------------------------------------------------------------------------
+
+# A worker whose heartbeat is older than this many intervals is reported as gone.
+_ALIVE_SECONDS = 10.0
+
+
+async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, Any]:
+    """The queue as the tables tell it (``processing`` is in flight: see the workers)."""
+    async with database.connect() as conn:
+        counts: dict[str, dict[str, int]] = {}
+        for queue, status, count in await conn.execute(queries.JOB_COUNTS):
+            counts.setdefault(queue, {})[status] = count
+        due = {
+            row.queue: {
+                "due": row.due,
+                "oldest_due_age_seconds": round((row.now - row.oldest_due_at).total_seconds(), 3),
+            }
+            for row in await conn.execute(queries.JOB_OLDEST_DUE)
+        }
+        recent = [
+            {key: _jsonable(value) for key, value in row.items()}
+            for row in (
+                await conn.execute(queries.JOB_RECENT_FAILURES, {"limit": failures})
+            ).mappings()
+        ]
+        rates_row = (await conn.execute(queries.JOB_RATES)).mappings().one()
+        workers = []
+        for row in (await conn.execute(queries.WORKER_LIST)).mappings():
+            age = (row["now"] - row["heartbeat_at"]).total_seconds()
+            workers.append(
+                {
+                    "id": str(row["id"]),
+                    "queue": row["queue"],
+                    "state": row["state"] if age < _ALIVE_SECONDS else "gone",
+                    "host": row["host"],
+                    "pid": row["pid"],
+                    "heartbeat_age_seconds": round(age, 3),
+                    "processed": row["processed"],
+                    "failed": row["failed"],
+                    "retried": row["retried"],
+                    "in_flight": row["in_flight"],
+                    "started_at": _jsonable(row["started_at"]),
+                }
+            )
+    queues = sorted(set(counts) | set(due))
+    rates = {
+        f"{outcome}_per_min_{minutes}m": round(rates_row[f"{outcome}_{minutes}m"] / minutes, 3)
+        for outcome in ("completed", "failed")
+        for minutes in (1, 5, 15)
+    }
+    return {
+        "queues": [
+            {
+                "queue": queue,
+                "counts": counts.get(queue, {}),
+                "due": due.get(queue, {}).get("due", 0),
+                "oldest_due_age_seconds": due.get(queue, {}).get("oldest_due_age_seconds"),
+            }
+            for queue in queues
+        ],
+        "rates": rates,
+        "recent_failures": recent,
+        "workers": workers,
+    }

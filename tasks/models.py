@@ -1,10 +1,11 @@
-"""The demo's own tables: the reference's blog posts, and a one-row summary of them."""
+"""The demo's own tables: the reference's blog posts, a one-row summary of them, and the users
+whose balance ``process_payment`` changes."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, Integer, Text, delete, insert, text
+from sqlalchemy import CheckConstraint, DateTime, Integer, Text, delete, insert, text
 from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -34,7 +35,18 @@ class PostStats(Base):
     refreshed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class User(Base):
+    __tablename__ = "users"
+    # A payment that would overdraw fails, in its savepoint, and is retried.
+    __table_args__ = (CheckConstraint("balance >= 0", name="users_balance_not_negative"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    email: Mapped[str] = mapped_column(Text)
+    balance: Mapped[int] = mapped_column(Integer, server_default="0")
+
+
 DEMO_POSTS = 1000
+DEMO_USERS = 10
 BAD_POSTS = {17: "klingon", 404: "elvish", 777: "dothraki"}
 
 
@@ -47,7 +59,14 @@ async def setup_demo(session: AsyncSession, posts: int = DEMO_POSTS) -> str:
     connection = await session.connection()
     await connection.run_sync(Base.metadata.create_all)
     await session.execute(delete(PostStats))
-    await session.execute(text("TRUNCATE posts"))
+    await session.execute(text("TRUNCATE posts, users"))
+    await session.execute(
+        insert(User),
+        [
+            {"id": i, "email": f"user-{i}@example.com", "balance": 0}
+            for i in range(1, DEMO_USERS + 1)
+        ],
+    )
     await session.execute(
         insert(Post),
         [

@@ -108,7 +108,7 @@ def upgrade() -> None:
     quoted = _quoted_schema()
     op.execute(
         sa.text(
-            f"CREATE FUNCTION {quoted}.jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$\n"
+            f"CREATE FUNCTION {quoted}.jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$\n"  # noqa: S608
             "BEGIN\n"
             "    PERFORM pg_notify(left(TG_TABLE_SCHEMA || '.jobs', 63), q.queue)\n"
             "    FROM (SELECT DISTINCT queue FROM new_jobs) AS q;\n"
