@@ -410,6 +410,14 @@ class Drainer:
                 return message
 
     async def _lane(self, lane: _Lane, *, until_empty: bool) -> None:
+        try:
+            await self._lane_loop(lane, until_empty=until_empty)
+        except (Exception, asyncio.CancelledError):
+            if self._aborted:
+                return  # its connection was cut on purpose: the server rolled it back
+            raise
+
+    async def _lane_loop(self, lane: _Lane, *, until_empty: bool) -> None:
         async with self._engine_or_create().connect() as conn:
             if self.keepalive is not None:
                 await conn.execute(

@@ -123,7 +123,7 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
             for row in await conn.execute(queries.JOB_OLDEST_DUE)
         }
         recent = [
-            {key: _jsonable(value) for key, value in row.items()}
+            {key: str(value) if key == "id" else _jsonable(value) for key, value in row.items()}
             for row in (
                 await conn.execute(queries.JOB_RECENT_FAILURES, {"limit": failures})
             ).mappings()
