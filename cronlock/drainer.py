@@ -181,6 +181,9 @@ class Drainer:
         self._lane_tasks: list[asyncio.Task[None]] = []
         self._deadline: float | None = None
         self._engine: AsyncEngine | None = None
+        self._claim = self._statement(queries.JOB_CLAIM)
+        self._finish = self._statement(queries.JOB_FINISH_MANY)
+        self._next_due = self._statement(queries.JOB_NEXT_DUE)
 
     # -- control (signal handlers call these) ---------------------------------------------
 
@@ -418,30 +421,45 @@ class Drainer:
             raise
 
     async def _lane_loop(self, lane: _Lane, *, until_empty: bool) -> None:
-        async with self._engine_or_create().connect() as conn:
-            if self.keepalive is not None:
-                await conn.execute(
-                    queries.KEEPALIVE_SETTINGS, self.keepalive.params(is_local=False)
-                )
-                await conn.commit()
-            while not self.stopping:
-                if self._deadline is not None and time.monotonic() >= self._deadline:
-                    break
-                lane.wake.clear()
-                lane.raw = (await conn.get_raw_connection()).driver_connection
-                claimed = await self._batch(conn, lane)
-                if claimed:
-                    continue
-                if until_empty:
-                    break
-                await self._idle(conn, lane)
+        while True:
+            async with self._engine_or_create().connect() as conn:
+                raw: Any = (await conn.get_raw_connection()).driver_connection
+                lane.raw = raw
+                if self.keepalive is not None:
+                    settings = self._statement(queries.KEEPALIVE_SETTINGS)
+                    await raw.fetch(
+                        settings.sql, *settings.args(**self.keepalive.params(is_local=False))
+                    )
+                try:
+                    await self._lane_batches(conn, raw, lane, until_empty=until_empty)
+                    return
+                except _LostLease as lost:
+                    # The connection is in no state to go on: record the failed attempt on a
+                    # fresh one, throw this one away, and carry on with a new one.
+                    await conn.invalidate()
+                    await self._record_lost_attempt(lost)
+            if self.stopping:
+                return
 
-    async def _idle(self, conn: AsyncConnection, lane: _Lane) -> None:
+    async def _lane_batches(
+        self, conn: AsyncConnection, raw: Any, lane: _Lane, *, until_empty: bool
+    ) -> None:
+        while not self.stopping:
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                break
+            lane.wake.clear()
+            claimed = await self._batch(conn, raw, lane)
+            if claimed:
+                continue
+            if until_empty:
+                break
+            await self._idle(raw, lane)
+
+    async def _idle(self, raw: Any, lane: _Lane) -> None:
         """Sleep until notified, until the next job is due, or for the poll interval."""
-        seconds = await conn.scalar(
-            queries.JOB_NEXT_DUE, {"queue": self.queue, "now": self._db_now()}
+        seconds = await raw.fetchval(
+            self._next_due.sql, *self._next_due.args(queue=self.queue, now=self._db_now())
         )
-        await conn.rollback()
         timeout = self.poll_interval if seconds is None else min(float(seconds), self.poll_interval)
         if timeout <= 0:
             return
@@ -455,31 +473,41 @@ class Drainer:
         # None: the claim uses the database's clock, which every host shares.
         return self.clock() if self.clock is not None else None
 
-    async def _batch(self, conn: AsyncConnection, lane: _Lane) -> int:
-        """Claim, run and finish one batch in one transaction; the number of jobs claimed."""
+    async def _batch(self, conn: AsyncConnection, raw: Any, lane: _Lane) -> int:
+        """Claim, run and finish one batch in one transaction; the number of jobs claimed.
+
+        The hot path runs on the lane's bare asyncpg connection with statements compiled once
+        (no ORM, one claim and one outcome UPDATE per batch). A handler's session sits on the
+        same connection: SQLAlchemy's transaction there is nested in ours, which asyncpg
+        turns into a SAVEPOINT, opened only when the handler first uses the session.
+        """
         outcomes: list[JobOutcome] = []
-        claimed: list[Job] = []
+        transaction = raw.transaction()
+        await transaction.start()
         try:
-            async with conn.begin():
-                rows = await conn.execute(
-                    queries.JOB_CLAIM,
-                    {"queue": self.queue, "limit": self.batch_size, "now": self._db_now()},
-                )
-                claimed = [Job(*row) for row in rows]
-                for job in claimed:
-                    if self.stopping:
-                        break
-                    lane.in_flight = 1
-                    outcome = await self._attempt(conn, job)
-                    lane.in_flight = 0
-                    outcomes.append(outcome)
-                if outcomes:
-                    await conn.execute(queries.JOB_FINISH_MANY, _columns(outcomes))
-        except _LostLease as lost:
-            await self._after_lost_lease(conn, lost, outcomes)
-            return len(claimed)
-        finally:
+            rows = await raw.fetch(
+                self._claim.sql,
+                *self._claim.args(queue=self.queue, limit=self.batch_size, now=self._db_now()),
+            )
+            claimed = [Job(*row) for row in rows]
+            for job in claimed:
+                if self.stopping:
+                    break
+                lane.in_flight = 1
+                outcome = await self._attempt(conn, job)
+                lane.in_flight = 0
+                outcomes.append(outcome)
+            if outcomes:
+                await raw.execute(self._finish.sql, *self._finish.args(**_columns(outcomes)))
+        except BaseException as exc:
             lane.in_flight = 0
+            if isinstance(exc, _LostLease):
+                self.stats.rolled_back += len(outcomes)
+            if not raw.is_closed():
+                with contextlib.suppress(Exception):
+                    await transaction.rollback()
+            raise
+        await transaction.commit()
         self.stats.handed_back += len(claimed) - len(outcomes)
         self._count(outcomes)
         return len(claimed)
@@ -492,15 +520,17 @@ class Drainer:
             return self._failed(
                 job, f"no handler registered for job type {job.job_type!r}", started, None
             )
-        # Joins the lane's transaction with a SAVEPOINT, opened only if the handler uses it.
-        session = AsyncSession(
-            bind=conn, join_transaction_mode="create_savepoint", expire_on_commit=False
-        )
+        # The session needs no close(): its transaction always ends here (committed or rolled
+        # back) and it is dropped with the attempt; closing costs more than a no-op job.
+        session = AsyncSession(bind=conn, expire_on_commit=False)
         try:
-            async with asyncio.timeout(handler.timeout):
+            if handler.timeout is None:
                 value = await handler.func(session, job.payload)
+            else:
+                async with asyncio.timeout(handler.timeout):
+                    value = await handler.func(session, job.payload)
             result = None if value is None else to_json(value, "the handler's result")
-            if session.in_transaction():
+            if session.in_transaction() or session.new or session.dirty or session.deleted:
                 await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
         except Exception as exc:
             error = _describe(exc, handler)
@@ -508,14 +538,11 @@ class Drainer:
                 if session.in_transaction():
                     await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
             except Exception as broken:
-                outcome = self._failed(job, error, started, handler)
-                raise _LostLease(outcome) from broken
+                raise _LostLease(self._failed(job, error, started, handler)) from broken
             if conn.invalidated:
                 raise _LostLease(self._failed(job, error, started, handler)) from exc
             self.stats.run_time.record(time.perf_counter() - clock)
             return self._failed(job, error, started, handler)
-        finally:
-            await session.close()
         self.stats.run_time.record(time.perf_counter() - clock)
         return outcome_of_success(job, result, started, self._now())
 
@@ -535,20 +562,14 @@ class Drainer:
         )
         return outcome
 
-    async def _after_lost_lease(
-        self, conn: AsyncConnection, lost: _LostLease, done: list[JobOutcome]
-    ) -> None:
-        """The transaction is gone: record the failed attempt alone, the rest runs again."""
+    async def _record_lost_attempt(self, lost: _LostLease) -> None:
+        """Record a failed attempt whose transaction is gone; the rest of its batch runs again
+        (JOB_FINISH_MANY's status guard keeps it from overwriting a newer outcome)."""
         (outcome,) = lost.args
-        with contextlib.suppress(Exception):
-            await conn.rollback()
-        if conn.invalidated:
-            await conn.invalidate()
-        self.stats.rolled_back += len(done)
         try:
-            async with conn.begin():
+            async with self._engine_or_create().begin() as conn:
                 await conn.execute(queries.JOB_FINISH_MANY, _columns([outcome]))
-        except (DBAPIError, InterfaceError) as exc:
+        except (OSError, DBAPIError, InterfaceError) as exc:
             logger.error(
                 "could not record the failure of job %s: %s",
                 outcome.id,

@@ -434,7 +434,9 @@ def _since(minutes: int) -> ColumnElement[bool]:
 # Jobs finished in the last 1, 5 and 15 minutes, by outcome (failed: given up for good).
 JOB_RATES = select(
     *[
-        func.count().filter(jobs.c.status == status, _since(minutes)).label(f"{status}_{minutes}m")
+        func.count()
+        .filter(jobs.c.status == status, _since(minutes))
+        .label(status + "_" + str(minutes) + "m")  # a constant column label
         for status in ("completed", "failed")
         for minutes in (1, 5, 15)
     ]
