@@ -197,3 +197,25 @@ async def test_other_queues_are_left_alone(database: Database) -> None:
         emails = await app.drain(queue="emails")
     assert default.stats["processed"] == emails.stats["processed"] == 1
     assert await scalar(database, select(func.count()).where(jobs.c.status == "completed")) == 2
+
+
+async def test_another_schema_end_to_end(empty_database: Database) -> None:
+    other = Database(empty_database.url, schema="queue_here")
+    app = testjobs.app
+    try:
+        from cronlock import schema
+
+        await schema.upgrade(other)
+        app.use_database(str(other.url), schema="queue_here")
+        # The caller's own engine knows nothing of cronlock's schema name.
+        async with empty_database.session() as session:
+            await app.enqueue(session, "echo", {"n": 1})
+            await session.commit()
+        result = await app.drain()
+    finally:
+        await app.aclose()
+        await other.dispose()
+    assert result.stats["processed"] == 1
+    async with empty_database.connect() as conn:
+        status = await conn.scalar(text("SELECT status FROM queue_here.jobs"))
+    assert status == "completed"
