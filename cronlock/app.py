@@ -249,12 +249,10 @@ class App:
         Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
         nothing is added and the answer carries that job's id with ``created=False``.
         """
-        [answer] = await enqueue_many(
+        [answer] = await self.enqueue_many(
             executor,
-            self._handlers,
             job_type,
             [payload],
-            schema=self._schema_of_jobs(),
             max_retries=max_retries,
             delay=delay,
             run_at=run_at,

@@ -242,7 +242,7 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
         )
 
 
-def exit_code(result: RunResult, skipped_exit_code: int = EXIT_OK) -> int:
+def exit_code(result: RunResult | DrainResult, skipped_exit_code: int = EXIT_OK) -> int:
     return {
         RunStatus.COMPLETED: EXIT_OK,
         RunStatus.SKIPPED: skipped_exit_code,
@@ -636,12 +636,7 @@ def describe_queue(queue: dict[str, Any]) -> list[str]:
 def exit_code_of_drain(result: DrainResult, skipped_exit_code: int = EXIT_OK) -> int:
     """0 nothing failed (or skipped), 3 some attempts failed (jobs retrying or failed, the
     rest committed), 1 the drainer itself failed (its lock or its database went away)."""
-    return {
-        RunStatus.COMPLETED: EXIT_OK,
-        RunStatus.SKIPPED: skipped_exit_code,
-        RunStatus.FAILED: EXIT_FAILED,
-        RunStatus.PARTIAL: EXIT_PARTIAL,
-    }[result.status]
+    return exit_code(result, skipped_exit_code)
 
 
 def describe_drain(result: DrainResult) -> list[str]:

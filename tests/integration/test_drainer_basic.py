@@ -219,3 +219,18 @@ async def test_another_schema_end_to_end(empty_database: Database) -> None:
     async with empty_database.connect() as conn:
         status = await conn.scalar(text("SELECT status FROM queue_here.jobs"))
     assert status == "completed"
+
+
+async def test_max_seconds_stops_claiming_and_leaves_the_rest(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COUNT_DELAY", "0.02")
+    await _enqueue(database, "count", [{"n": i} for i in range(200)])
+    async with job_app(database) as app:
+        result = await app.drain(max_seconds=0.2)
+    processed = result.stats["processed"]
+    assert 1 <= processed < 200
+    assert result.status is RunStatus.COMPLETED
+    assert await scalar(database, select(testjobs.counter.c.n)) == processed
+    pending = await scalar(database, select(func.count()).where(jobs.c.status == "pending"))
+    assert pending == 200 - processed

@@ -167,8 +167,14 @@ async def test_idle_worker_picks_up_a_new_job_at_once(
         pass
     # A poll interval of a minute: only LISTEN/NOTIFY can make this fast.
     worker = start_cli(*APP, "worker", "--poll-interval", "60", database_url=database_url)
+    standby = start_cli(*APP, "worker", database_url=database_url)
     try:
-        await eventually(lambda: _worker_states_are(database, ["active"]), timeout=30)
+        await eventually(lambda: _worker_states_are(database, ["active", "standby"]), timeout=30)
+        # A standby told to stop cancels its wait for the lock and leaves at once.
+        standby.send_signal(signal.SIGTERM)
+        standby_code, standby_out, _ = _finish(standby, timeout=10)
+        assert standby_code == 0
+        assert json.loads(standby_out)["processed"] == 0
         await _enqueue(database, "noop", 1)
         enqueued_at = time.monotonic()
         await eventually(
@@ -178,7 +184,7 @@ async def test_idle_worker_picks_up_a_new_job_at_once(
         worker.send_signal(signal.SIGTERM)
         code, _, stderr = _finish(worker)
     finally:
-        _kill_all(worker)
+        _kill_all(worker, standby)
     print(f"\nenqueue -> completed seen by the test: {latency * 1000:.1f} ms")
     assert code == 0, stderr
     assert latency < 2.0
