@@ -418,6 +418,7 @@ class Drainer:
         except (Exception, asyncio.CancelledError):
             if self._aborted:
                 return  # its connection was cut on purpose: the server rolled it back
+            self.stop()  # a lane that lost its database stops the drainer: exit, restart
             raise
 
     async def _lane_loop(self, lane: _Lane, *, until_empty: bool) -> None:
