@@ -70,6 +70,7 @@ class Database:
         schema: str = SCHEMA,
         pgbouncer: bool = False,
         echo: bool = False,
+        pool_size: int = 5,
     ) -> None:
         if not _SCHEMA_NAME.match(schema):
             raise ConfigurationError(
@@ -79,6 +80,7 @@ class Database:
         self.schema = schema
         self.pgbouncer = pgbouncer
         self.echo = echo
+        self.pool_size = pool_size
         self._base: AsyncEngine | None = None
         self._engine: AsyncEngine | None = None
 
@@ -119,7 +121,9 @@ class Database:
                 url = url.update_query_dict({"prepared_statement_cache_size": "0"})
                 connect_args["statement_cache_size"] = 0
                 connect_args["prepared_statement_name_func"] = _unique_statement_name
-            self._base = create_async_engine(url, echo=self.echo, connect_args=connect_args)
+            self._base = create_async_engine(
+                url, echo=self.echo, connect_args=connect_args, pool_size=self.pool_size
+            )
             self._engine = self._base
             if self.schema != SCHEMA:
                 self._engine = self._base.execution_options(

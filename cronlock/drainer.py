@@ -45,7 +45,7 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError, InterfaceError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from . import queries
 from .database import Database
@@ -63,7 +63,7 @@ from .jobs import (
 from .locks import lock_key, namespace_key
 from .metrics import DrainStats
 from .periodic import RunStatus, root_cause
-from .tables import SCHEMA, jobs_channel
+from .tables import jobs_channel
 
 __all__ = ["CommitMode", "DrainResult", "Drainer", "Keepalive"]
 
@@ -81,11 +81,14 @@ class CommitMode(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Keepalive:
-    """How fast the server notices a drainer host that vanished without closing its sockets.
+    """How fast the server notices that the active drainer's host vanished without closing
+    its sockets, so that a standby gets the lock: set on the lock connection, transaction-local
+    (which also works behind PgBouncer in transaction mode).
 
     Dead after ``idle + interval * count`` seconds of silence, or ``user_timeout_ms`` of
-    unacknowledged data. Behind PgBouncer, set its own ``tcp_keepalive``/``tcp_keepidle``/
-    ``tcp_keepintvl``/``tcp_keepcnt``/``tcp_user_timeout`` too: the server only sees PgBouncer.
+    unacknowledged data. The job lanes use the database's own settings (``Database``); behind
+    PgBouncer, set its ``tcp_keepalive``/``tcp_keepidle``/``tcp_keepintvl``/``tcp_keepcnt``/
+    ``tcp_user_timeout`` too: the server only sees PgBouncer.
     """
 
     idle: int = 5
@@ -180,7 +183,7 @@ class Drainer:
         self._lanes: list[_Lane] = []
         self._lane_tasks: list[asyncio.Task[None]] = []
         self._deadline: float | None = None
-        self._engine: AsyncEngine | None = None
+        self._lanes_db: Database | None = None
         self._claim = self._statement(queries.JOB_CLAIM)
         self._finish = self._statement(queries.JOB_FINISH_MANY)
         self._next_due = self._statement(queries.JOB_NEXT_DUE)
@@ -241,6 +244,8 @@ class Drainer:
         _, options = self._engine_or_create().dialect.create_connect_args(self.database.url)
         for key in ("prepared_statement_cache_size", "prepared_statement_name_func"):
             options.pop(key, None)
+        if self.database.pgbouncer:
+            options["statement_cache_size"] = 0  # any server connection, any transaction
         return await asyncpg.connect(
             **options, server_settings={"application_name": f"cronlock-drainer:{self.queue}"}
         )
@@ -306,9 +311,9 @@ class Drainer:
                 with contextlib.suppress(Exception):
                     await listener.close()
             lock_conn.terminate()
-            if self._engine is not None:
-                await self._engine.dispose()
-                self._engine = None
+            if self._lanes_db is not None:
+                await self._lanes_db.dispose()
+                self._lanes_db = None
 
     async def _wait_for_lock(self, lock_conn: Any, lock_args: dict[str, int]) -> bool:
         """Block on the lock as a standby; False when stopped before getting it."""
@@ -332,6 +337,14 @@ class Drainer:
 
     async def _listen(self) -> Any:
         """Subscribe to the schema's channel; a notification for this queue wakes idle lanes."""
+        if self.database.pgbouncer:
+            # Transaction pooling gives no session to listen on: poll instead.
+            logger.info(
+                "behind PgBouncer: polling every %s s",
+                self.poll_interval,
+                extra={"action": "polling", "queue": self.queue},
+            )
+            return None
         try:
             listener = await self._raw_connect()
             await listener.add_listener(jobs_channel(self.database.schema), self._notified)
@@ -354,19 +367,16 @@ class Drainer:
     # -- lanes --------------------------------------------------------------------------------
 
     def _engine_or_create(self) -> AsyncEngine:
-        if self._engine is None:
-            engine = create_async_engine(
+        # The lanes' own pool, configured like the app's (keepalives on direct connections,
+        # unnamed statements behind PgBouncer), one connection per lane and one spare.
+        if self._lanes_db is None:
+            self._lanes_db = Database(
                 self.database.url,
-                pool_size=self.concurrency,
-                max_overflow=1,
-                connect_args={"server_settings": {"application_name": "cronlock-lane"}},
+                schema=self.database.schema,
+                pgbouncer=self.database.pgbouncer,
+                pool_size=self.concurrency + 1,
             )
-            if self.database.schema != SCHEMA:
-                engine = engine.execution_options(
-                    schema_translate_map={SCHEMA: self.database.schema}
-                )
-            self._engine = engine
-        return self._engine
+        return self._lanes_db.engine
 
     async def _run_lanes(self, lock_conn: Any, *, until_empty: bool) -> str | None:
         """Run the lanes until they are done; an error message if the lock was lost."""
@@ -426,11 +436,6 @@ class Drainer:
             async with self._engine_or_create().connect() as conn:
                 raw: Any = (await conn.get_raw_connection()).driver_connection
                 lane.raw = raw
-                if self.keepalive is not None:
-                    settings = self._statement(queries.KEEPALIVE_SETTINGS)
-                    await raw.fetch(
-                        settings.sql, *settings.args(**self.keepalive.params(is_local=False))
-                    )
                 try:
                     await self._lane_batches(conn, raw, lane, until_empty=until_empty)
                     return

@@ -74,3 +74,24 @@ async def test_overlapping_processes_through_pgbouncer(database: Database) -> No
     async with database.connect() as conn:
         recorded = (await conn.execute(select(func.count()).select_from(runs))).scalar_one()
     assert recorded == peers
+
+
+async def test_drains_through_pgbouncer_and_leave_no_lock(database: Database) -> None:
+    from jobsupport import job_app
+    from testapps import jobs as testjobs
+
+    async with job_app(database) as app, database.session() as session:
+        await app.enqueue_many(session, "count", [{"n": i} for i in range(50)])
+        await session.commit()
+    with running_pgbouncer(database.url, pool_size=3) as bouncer:
+        app = testjobs.app
+        app.use_database(bouncer.render_as_string(hide_password=False), pgbouncer=True)
+        try:
+            first = await app.drain(commit_mode="batch", batch_size=20)
+            second = await app.drain()
+        finally:
+            await app.aclose()
+    assert first.status is RunStatus.COMPLETED and first.stats["processed"] == 50
+    assert second.status is RunStatus.COMPLETED  # not skipped: the first left no lock behind
+    async with database.connect() as conn:
+        assert await conn.scalar(select(testjobs.counter.c.n)) == 50
