@@ -94,7 +94,7 @@ jobs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("started_at", DateTime(timezone=True)),
     Column("completed_at", DateTime(timezone=True)),
-    # -- the queue (migration 0002) --
+    # -- the queue (migration 0003) --
     Column("queue", Text, nullable=False, server_default="default"),
     Column("priority", Integer, nullable=False, server_default="0"),
     Column("run_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
