@@ -41,11 +41,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
 
 from . import queries
 from .database import Database
@@ -125,6 +126,17 @@ class DrainResult:
             "error": self.error,
             **self.stats,
         }
+
+
+class _JobSession(Session):
+    """A handler's session, which remembers whether the handler itself committed it (released
+    its savepoint into the job's transaction): after that, a failure cannot roll back to it."""
+
+    released = False
+
+    def commit(self) -> None:
+        self.released = True
+        super().commit()
 
 
 class _LostLease(Exception):
@@ -528,7 +540,7 @@ class Drainer:
             )
         # The session needs no close(): its transaction always ends here (committed or rolled
         # back) and it is dropped with the attempt; closing costs more than a no-op job.
-        session = AsyncSession(bind=conn, expire_on_commit=False)
+        session = AsyncSession(bind=conn, expire_on_commit=False, sync_session_class=_JobSession)
         try:
             if handler.timeout is None:
                 value = await handler.func(session, job.payload)
@@ -545,7 +557,9 @@ class Drainer:
                     await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
             except Exception as broken:
                 raise _LostLease(self._failed(job, error, started, handler)) from broken
-            if conn.invalidated:
+            if conn.invalidated or cast(_JobSession, session.sync_session).released:
+                # The handler committed its session (released the savepoint) and then
+                # failed: only dropping the whole transaction keeps its writes from staying.
                 raise _LostLease(self._failed(job, error, started, handler)) from exc
             self.stats.run_time.record(time.perf_counter() - clock)
             return self._failed(job, error, started, handler)

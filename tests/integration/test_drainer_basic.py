@@ -234,3 +234,21 @@ async def test_max_seconds_stops_claiming_and_leaves_the_rest(
     assert await scalar(database, select(testjobs.counter.c.n)) == processed
     pending = await scalar(database, select(func.count()).where(jobs.c.status == "pending"))
     assert pending == 200 - processed
+
+
+@pytest.mark.parametrize("mode", list(CommitMode))
+async def test_a_handler_that_commits_then_fails_leaves_nothing(
+    database: Database, mode: CommitMode
+) -> None:
+    await _enqueue(database, "count", [{"n": i} for i in range(5)])
+    await _enqueue(database, "commits_then_fails", [{}])
+    await _enqueue(database, "count", [{"n": i} for i in range(5, 10)])
+    async with job_app(database) as app:
+        result = await app.drain(commit_mode=mode)
+    assert (result.stats["processed"], result.stats["failed"]) == (10, 1)
+    rows = {r["job_type"]: r for r in await job_rows(database)}
+    assert rows["commits_then_fails"]["status"] == "failed"
+    assert rows["commits_then_fails"]["error_message"] == "RuntimeError: failed after committing"
+    log = await scalar(database, select(func.count()).select_from(testjobs.job_log))
+    assert log == 10  # the counter jobs' rows, once each; none of the failed job's
+    assert await scalar(database, select(testjobs.counter.c.n)) == 10

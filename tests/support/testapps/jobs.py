@@ -102,3 +102,11 @@ async def bad_result(session: AsyncSession, payload: Any) -> Any:
 async def bad_sql(session: AsyncSession, payload: Any) -> None:
     await session.execute(insert(job_log).values(job="bad_sql"))
     await session.execute(text("SELECT * FROM no_such_table"))
+
+
+@app.job("commits_then_fails", max_retries=0)
+async def commits_then_fails(session: AsyncSession, payload: Any) -> None:
+    """Commits its session (its savepoint is released), then raises."""
+    await session.execute(insert(job_log).values(job="commits_then_fails"))
+    await session.commit()
+    raise RuntimeError("failed after committing")
