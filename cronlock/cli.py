@@ -765,7 +765,7 @@ def scheduler(
         app.task(name)
     services: list[Service] = []
     if with_drainer:
-        services.append(_drainer_service(app))
+        services.append(_drainer_service(app, shutdown_grace))
     database = options.database(app)
 
     async def go() -> None:
@@ -789,13 +789,28 @@ def scheduler(
     _run(go, app)
 
 
-def _drainer_service(app: App) -> Any:
-    """The queue's drainer as a scheduler service (the hook for `scheduler --with-drainer`).
+def _drainer_service(app: App, shutdown_grace: float) -> Any:
+    """The queue's worker as a scheduler service (`scheduler --with-drainer`): it stands by or
+    drains the default queue beside the periodic tasks, and stops with the scheduler (jobs in
+    flight get the same grace as runs in flight)."""
 
-    The drainer is issue 3's (branch `queue`); until it is in this build the flag is refused
-    with one clear line rather than silently ignored.
-    """
-    raise UsageFailure(
-        "--with-drainer needs the queue's drainer, which is not in this build yet; "
-        "run `cronlock worker` beside the scheduler"
-    )
+    async def serve(stop: asyncio.Event) -> None:
+        drainer = app.drainer()
+
+        async def stop_with_the_scheduler() -> None:
+            await stop.wait()
+            drainer.stop()
+            asyncio.get_running_loop().call_later(shutdown_grace, drainer.abort)
+
+        watcher = asyncio.create_task(stop_with_the_scheduler())
+        try:
+            result = await drainer.work()
+        finally:
+            watcher.cancel()
+        logging.getLogger("cronlock.drainer").info(
+            "drainer stopped: %s",
+            json.dumps(result.to_dict()),
+            extra={"action": "drainer_stopped", "queue": result.queue},
+        )
+
+    return serve

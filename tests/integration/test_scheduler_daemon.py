@@ -119,12 +119,34 @@ async def _has_work(database: Database, slot: datetime | None) -> bool:
     return await work_slots(database, "tick") == [slot]
 
 
-def test_with_drainer_is_refused_until_the_drainer_lands(database_url: str) -> None:
-    result = run_cli(
-        "--app", "testapps.sched", "scheduler", "--with-drainer", database_url=database_url
+async def test_with_drainer_drains_the_queue_beside_the_tasks(
+    database: Database, database_url: str
+) -> None:
+    import signal
+
+    from cli import start_cli
+    from jobsupport import job_app, job_rows
+    from waiting import eventually
+
+    async with job_app(database) as app, database.session() as session:
+        await app.enqueue(session, "echo", {"n": 1})
+        await session.commit()
+    daemon = start_cli(
+        "--app", "testapps.jobs", "scheduler", "--with-drainer", database_url=database_url
     )
-    assert result.returncode == 2
-    assert result.stderr.strip().endswith("run `cronlock worker` beside the scheduler")
+    try:
+
+        async def done() -> bool:
+            return [r["status"] for r in await job_rows(database)] == ["completed"]
+
+        await eventually(done, timeout=30)
+        daemon.send_signal(signal.SIGTERM)
+        _, stderr = daemon.communicate(timeout=30)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.communicate()
+    assert daemon.returncode == 0, stderr
 
 
 async def test_jitter_delays_firing_but_never_changes_the_slot(database: Database) -> None:
