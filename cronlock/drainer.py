@@ -250,7 +250,7 @@ class Drainer:
 
     # -- the lock connection ----------------------------------------------------------------
 
-    async def _raw_connect(self) -> Any:
+    async def _raw_connect(self, role: str = "cronlock-drainer") -> Any:
         # A bare asyncpg connection: the lock must outlive pooled checkouts, and cancelling a
         # waiting pg_advisory_xact_lock is cleanest at this level.
         _, options = self._engine_or_create().dialect.create_connect_args(self.database.url)
@@ -259,7 +259,7 @@ class Drainer:
         if self.database.pgbouncer:
             options["statement_cache_size"] = 0  # any server connection, any transaction
         return await asyncpg.connect(
-            **options, server_settings={"application_name": f"cronlock-drainer:{self.queue}"}
+            **options, server_settings={"application_name": f"{role}:{self.queue}"}
         )
 
     def _statement(self, statement: Any) -> queries.AsyncpgStatement:
@@ -358,7 +358,7 @@ class Drainer:
             )
             return None
         try:
-            listener = await self._raw_connect()
+            listener = await self._raw_connect("cronlock-listener")
             await listener.add_listener(jobs_channel(self.database.schema), self._notified)
         except (OSError, asyncpg.PostgresError) as exc:
             # Behind PgBouncer in transaction mode there is no LISTEN: poll instead.

@@ -9,6 +9,7 @@ import pytest
 from jobsupport import job_app, job_rows, scalar
 from sqlalchemy import func, select, text
 from testapps import jobs as testjobs
+from waiting import eventually
 
 from cronlock import CommitMode, Database, RunStatus
 from cronlock.tables import jobs
@@ -252,3 +253,26 @@ async def test_a_handler_that_commits_then_fails_leaves_nothing(
     log = await scalar(database, select(func.count()).select_from(testjobs.job_log))
     assert log == 10  # the counter jobs' rows, once each; none of the failed job's
     assert await scalar(database, select(testjobs.counter.c.n)) == 10
+
+
+async def test_a_worker_that_loses_its_lock_connection_stops(database: Database) -> None:
+    async with job_app(database) as app:
+        drainer = app.drainer(heartbeat_interval=0.05, poll_interval=0.05)
+        working = asyncio.create_task(drainer.work())
+        await eventually(lambda: _state_is(drainer, "active"), timeout=10)
+        # What a server does to a connection whose peer vanished (keepalives) or an admin does.
+        async with database.connect() as conn:
+            killed = await conn.scalar(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = 'cronlock-drainer:default'"
+                )
+            )
+        assert killed == 1
+        result = await asyncio.wait_for(working, 10)
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None and result.error.startswith("lost the drainer lock")
+
+
+async def _state_is(drainer: object, state: str) -> bool:
+    return getattr(drainer, "state", None) == state
