@@ -33,6 +33,7 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
+    or_,
     select,
     table,
     text,
@@ -47,6 +48,7 @@ from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 from .tables import (
     RUN_CLAIMING_PREDICATE,
     RUN_CLAIMING_STATUSES,
+    RUN_STATUSES,
     SCHEMA,
     VERSION_TABLE,
     jobs,
@@ -497,3 +499,108 @@ class AsyncpgStatement:
     def args(self, **params: Any) -> list[Any]:
         values = self.compiled.construct_params(params) or {}
         return [values[name] for name in self.compiled.positiontup or ()]
+
+
+# -- the HTTP API and Prometheus metrics (cronlock.http, cronlock.prometheus) ---------------
+
+JOB_GET = select(jobs).where(jobs.c.id == bindparam("id", type_=Uuid))
+
+# Recent runs, newest first; :task NULL means every task.
+RUN_RECENT = (
+    select(runs)
+    .where(
+        or_(
+            bindparam("task", type_=Text).is_(None),
+            runs.c.task == bindparam("task", type_=Text),
+        )
+    )
+    .order_by(runs.c.started_at.desc(), runs.c.id.desc())
+    .limit(bindparam("limit", type_=Integer))
+)
+
+# Histogram buckets, in seconds, for job latency and run duration/lateness.
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
+
+
+def _buckets(seconds: ColumnElement[Any], where: ColumnElement[bool]) -> list[Any]:
+    """count(*) of rows at or under each bucket bound (Prometheus' cumulative ``le``)."""
+    return [
+        func.count().filter(where, seconds <= literal(bound)).label(f"le_{index}")
+        for index, bound in enumerate(LATENCY_BUCKETS)
+    ]
+
+
+_job_latency = func.extract("epoch", jobs.c.completed_at - jobs.c.created_at)
+_completed = jobs.c.status == literal_column("'completed'")
+
+# Per queue: jobs finished for good and retries made, and the created→completed latency of the
+# completed ones as histogram buckets, all read from the table at scrape time.
+JOB_TOTALS = (
+    select(
+        jobs.c.queue,
+        func.count().filter(_completed).label("completed"),
+        func.count().filter(jobs.c.status == literal_column("'failed'")).label("failed"),
+        func.coalesce(func.sum(jobs.c.retry_count), 0).label("retries"),
+        func.coalesce(func.sum(_job_latency).filter(_completed), 0.0).label("latency_sum"),
+        *_buckets(_job_latency, _completed),
+    )
+    .group_by(jobs.c.queue)
+    .order_by(jobs.c.queue)
+)
+
+_run_duration = func.extract("epoch", runs.c.finished_at - runs.c.started_at)
+_run_lateness = func.extract("epoch", runs.c.started_at - runs.c.slot)
+_did_work = runs.c.status.in_([literal_column("'completed'"), literal_column("'partial'")])
+_finished = runs.c.finished_at.is_not(None)
+_slotted = runs.c.slot.is_not(None)
+_last_success = (
+    select(runs.c.task, func.max(runs.c.started_at).label("at"))
+    .where(_did_work)
+    .group_by(runs.c.task)
+    .subquery()
+)
+
+# Per task: runs by outcome, the last success, failures since it, and duration and lateness
+# histograms.
+RUN_TOTALS = (
+    select(
+        runs.c.task,
+        *[
+            func.count().filter(runs.c.status == literal(status)).label(status)
+            for status in RUN_STATUSES
+        ],
+        func.max(_last_success.c.at).label("last_success_at"),
+        func.count()
+        .filter(
+            runs.c.status == literal_column("'failed'"),
+            or_(_last_success.c.at.is_(None), runs.c.started_at > _last_success.c.at),
+        )
+        .label("consecutive_failures"),
+        func.count().filter(_finished).label("duration_count"),
+        func.coalesce(func.sum(_run_duration).filter(_finished), 0.0).label("duration_sum"),
+        *[column.label(f"duration_{column.name}") for column in _buckets(_run_duration, _finished)],
+        func.count().filter(_slotted).label("lateness_count"),
+        func.coalesce(func.sum(_run_lateness).filter(_slotted), 0.0).label("lateness_sum"),
+        *[column.label(f"lateness_{column.name}") for column in _buckets(_run_lateness, _slotted)],
+    )
+    .select_from(runs.outerjoin(_last_success, _last_success.c.task == runs.c.task))
+    .group_by(runs.c.task)
+    .order_by(runs.c.task)
+)

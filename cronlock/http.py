@@ -1,0 +1,269 @@
+"""The HTTP API: the reference's enqueue and status endpoints, runs, health and metrics.
+
+``create_router(app)`` is a FastAPI router to mount in your own application;
+``create_api(app)`` wraps it in a FastAPI app, which ``cronlock serve`` runs with uvicorn. Both
+are the same code. Every write validates first and writes in one transaction, so a bad request
+gets a 4xx with a readable ``detail`` and leaves nothing behind. With a token configured
+(``CRONLOCK_API_TOKEN``), every write needs it as a bearer token, compared in constant time;
+reads stay open (put the router behind your proxy's authentication if they must not).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from . import queries, schema
+from .app import App
+from .errors import ConfigurationError, CronlockError
+from .prometheus import CONTENT_TYPE, render_metrics, scrape
+
+try:
+    from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response
+    from pydantic import (
+        BaseModel,
+        ConfigDict,
+        Field,
+        StrictFloat,
+        StrictInt,
+        StrictStr,
+        model_validator,
+    )
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ConfigurationError(
+        "the HTTP API needs the 'http' extra: pip install 'cronlock[http]'"
+    ) from exc
+
+__all__ = ["TOKEN_ENV", "create_api", "create_router"]
+
+TOKEN_ENV = "CRONLOCK_API_TOKEN"
+MAX_BODY_BYTES = 256 * 1024
+MAX_DELAY_SECONDS = 366 * 24 * 3600
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: one readable line, and the field errors for a 422."""
+
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+class EnqueueRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_type: StrictStr = Field(min_length=1, max_length=200)
+    payload: dict[str, Any] = Field(default_factory=dict, description="A JSON object.")
+    max_retries: StrictInt | None = Field(default=None, ge=0, le=100)
+    delay: StrictInt | StrictFloat | None = Field(
+        default=None, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now."
+    )
+    run_at: datetime | None = Field(default=None, description="An aware ISO 8601 time.")
+    priority: StrictInt = Field(default=0, ge=-(2**31), lt=2**31)
+    queue: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+    dedup_key: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> EnqueueRequest:
+        if self.delay is not None and self.run_at is not None:
+            raise ValueError("give delay or run_at, not both")
+        if self.run_at is not None and self.run_at.tzinfo is None:
+            raise ValueError("run_at needs a timezone (for example 2026-12-01T10:00:00Z)")
+        return self
+
+
+class EnqueueResponse(BaseModel):
+    id: uuid.UUID
+    created: bool
+    detail: str
+
+
+class JobView(BaseModel):
+    id: uuid.UUID
+    job_type: str
+    queue: str
+    status: str
+    priority: int
+    payload: Any
+    result: Any
+    retry_count: int
+    max_retries: int
+    error_message: str | None
+    error_history: list[dict[str, Any]]
+    created_at: datetime
+    run_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+
+
+class RunView(BaseModel):
+    id: int
+    task: str
+    slot: datetime | None
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    items_ok: int
+    items_failed: int
+    failures: list[dict[str, Any]]
+    error: str | None
+    skip_reason: str | None
+    host: str
+    pid: int | None
+
+
+class Health(BaseModel):
+    status: str
+    revision: str | None = None
+    detail: str | None = None
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorBody} for code in codes}
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, credentials = header.partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else None
+
+
+def create_router(app: App, *, token: str | None = None) -> APIRouter:
+    """The API's routes for ``app``; ``token`` defaults to ``$CRONLOCK_API_TOKEN``."""
+    expected = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    router = APIRouter()
+
+    async def writer(request: Request) -> None:
+        """Authenticates a write, then bounds its body, before anything is parsed further."""
+        if expected is not None:
+            given = _bearer(request)
+            if given is None or not hmac.compare_digest(given.encode(), expected.encode()):
+                raise HTTPException(
+                    401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
+                )
+        if len(await request.body()) > MAX_BODY_BYTES:
+            raise HTTPException(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+
+    @router.post(
+        "/jobs",
+        status_code=201,
+        response_model=EnqueueResponse,
+        responses={200: {"model": EnqueueResponse}, **_errors(401, 413, 422)},
+        dependencies=[Depends(writer)],
+        summary="Enqueue a job",
+    )
+    async def enqueue(body: EnqueueRequest) -> Response:
+        async with app.database.session() as session:
+            try:
+                answer = await app.enqueue(
+                    session,
+                    body.job_type,
+                    body.payload,
+                    max_retries=body.max_retries,
+                    delay=body.delay,
+                    run_at=body.run_at,
+                    priority=body.priority,
+                    queue=body.queue,
+                    dedup_key=body.dedup_key,
+                )
+            except CronlockError as exc:
+                await session.rollback()
+                raise HTTPException(422, str(exc)) from None
+            await session.commit()
+        if answer.created:
+            view = EnqueueResponse(id=answer.id, created=True, detail="enqueued")
+            return JSONResponse(view.model_dump(mode="json"), status_code=201)
+        view = EnqueueResponse(
+            id=answer.id,
+            created=False,
+            detail="not enqueued: a waiting job already holds this dedup_key; this is its id",
+        )
+        return JSONResponse(view.model_dump(mode="json"), status_code=200)
+
+    @router.get(
+        "/jobs/{job_id}", response_model=JobView, responses=_errors(404, 422), summary="A job"
+    )
+    async def get_job(job_id: Annotated[uuid.UUID, Path()]) -> JobView:
+        async with app.database.connect() as conn:
+            row = (await conn.execute(queries.JOB_GET, {"id": job_id})).mappings().first()
+        if row is None:
+            raise HTTPException(404, f"no job {job_id}")
+        return JobView.model_validate(dict(row))
+
+    @router.get(
+        "/runs", response_model=list[RunView], responses=_errors(422), summary="Recent runs"
+    )
+    async def list_runs(
+        task: Annotated[str | None, Query(max_length=200)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    ) -> list[RunView]:
+        async with app.database.connect() as conn:
+            rows = await conn.execute(queries.RUN_RECENT, {"task": task, "limit": limit})
+            return [RunView.model_validate(dict(row)) for row in rows.mappings()]
+
+    @router.get(
+        "/healthz",
+        response_model=Health,
+        responses={503: {"model": Health}},
+        summary="Database reachable and migrated",
+    )
+    async def healthz() -> Response:
+        try:
+            await schema.ensure_ready(app.database)
+        except CronlockError as exc:
+            return JSONResponse(Health(status="unavailable", detail=str(exc)).model_dump(), 503)
+        health = Health(status="ok", revision=schema.head_revision())
+        return JSONResponse(health.model_dump())
+
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE: {}}}},
+        summary="Prometheus metrics",
+    )
+    async def metrics() -> Response:
+        return Response(render_metrics(await scrape(app.database)), media_type=CONTENT_TYPE)
+
+    return router
+
+
+def _readable(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        parts.append(f"{where}: {error.get('msg')}" if where else str(error.get("msg")))
+    return "; ".join(parts) or "invalid request"
+
+
+def create_api(app: App, *, token: str | None = None) -> FastAPI:
+    """A FastAPI application serving ``create_router(app)`` (what ``cronlock serve`` runs)."""
+    api = FastAPI(
+        title="cronlock",
+        summary="Periodic tasks and a job queue that need nothing but PostgreSQL.",
+        responses=_errors(422),
+    )
+
+    @api.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {key: value for key, value in error.items() if key in ("loc", "msg", "type")}
+            for error in exc.errors()
+        ]
+        return JSONResponse(
+            ErrorBody(detail=_readable(exc), errors=errors).model_dump(), status_code=422
+        )
+
+    @api.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse(
+            ErrorBody(detail=str(exc.detail)).model_dump(exclude_none=True),
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
+
+    api.include_router(create_router(app, token=token))
+    return api

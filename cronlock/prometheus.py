@@ -1,0 +1,183 @@
+"""Prometheus metrics read from the tables at scrape time, so every scraper sees the truth.
+
+``SELECT * FROM jobs`` is the whole truth, and so are the metrics: queue depth by status, the
+age of the oldest due job, jobs finished and retries made, the created→completed latency
+histogram, active and standby drainers, and per periodic task its runs by outcome, last
+success, consecutive failures, and duration and lateness histograms. Counters computed from
+the tables only decrease if rows are deleted (pruning history); Prometheus' ``rate()`` treats
+that as a counter reset. Names follow Prometheus conventions (``cronlock_…_total``,
+``_seconds``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from . import queries
+from .database import Database
+from .tables import JOB_STATUSES, RUN_STATUSES
+
+__all__ = ["CONTENT_TYPE", "render_metrics", "scrape"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Snapshot(Collector):
+    """Families computed before the (synchronous) scrape; a registry needs a collector."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def _histogram(
+    name: str, documentation: str, label: str, rows: Iterable[Mapping[Any, Any]], prefix: str = ""
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, documentation, labels=[label])
+    for row in rows:
+        buckets = [
+            (_bound(bound), float(row[f"{prefix}le_{index}"]))
+            for index, bound in enumerate(queries.LATENCY_BUCKETS)
+        ]
+        buckets.append(("+Inf", float(row[f"{prefix}count"])))
+        family.add_metric([row[label]], buckets, float(row[f"{prefix}sum"]))
+    return family
+
+
+def _bound(value: float) -> str:
+    return repr(float(value))
+
+
+async def scrape(database: Database) -> list[Metric]:
+    """Every cronlock metric, read from ``database`` now."""
+    async with database.connect() as conn:
+        counts = (await conn.execute(queries.JOB_COUNTS)).mappings().all()
+        due = (await conn.execute(queries.JOB_OLDEST_DUE)).mappings().all()
+        totals = (await conn.execute(queries.JOB_TOTALS)).mappings().all()
+        drainers = (await conn.execute(queries.WORKER_LIST)).mappings().all()
+        tasks = (await conn.execute(queries.RUN_TOTALS)).mappings().all()
+
+    jobs = GaugeMetricFamily(
+        "cronlock_jobs", "Jobs in the jobs table by queue and status.", labels=["queue", "status"]
+    )
+    seen: dict[str, dict[str, int]] = {}
+    for row in counts:
+        seen.setdefault(row["queue"], {})[row["status"]] = int(row["count"])
+    for queue, by_status in sorted(seen.items()):
+        for status in JOB_STATUSES:
+            jobs.add_metric([queue, status], by_status.get(status, 0))
+
+    due_jobs = GaugeMetricFamily("cronlock_jobs_due", "Jobs due now, by queue.", labels=["queue"])
+    oldest = GaugeMetricFamily(
+        "cronlock_oldest_due_job_age_seconds",
+        "How long the oldest due job of each queue has been waiting.",
+        labels=["queue"],
+    )
+    for row in due:
+        due_jobs.add_metric([row["queue"]], int(row["due"]))
+        age = (row["now"] - row["oldest_due_at"]).total_seconds() if row["oldest_due_at"] else 0
+        oldest.add_metric([row["queue"]], max(age, 0.0))
+
+    processed = CounterMetricFamily(
+        "cronlock_jobs_processed", "Jobs completed, by queue.", labels=["queue"]
+    )
+    failed = CounterMetricFamily(
+        "cronlock_jobs_failed",
+        "Jobs failed for good (retries exhausted), by queue.",
+        labels=["queue"],
+    )
+    retried = CounterMetricFamily(
+        "cronlock_jobs_retried",
+        "Retries scheduled after failed attempts, by queue.",
+        labels=["queue"],
+    )
+    latency_rows = []
+    for row in totals:
+        processed.add_metric([row["queue"]], int(row["completed"]))
+        failed.add_metric([row["queue"]], int(row["failed"]))
+        retried.add_metric([row["queue"]], int(row["retries"]))
+        latency_rows.append({**row, "count": row["completed"], "sum": row["latency_sum"]})
+    latency = _histogram(
+        "cronlock_job_latency_seconds",
+        "Time from enqueue (created_at) to completion of completed jobs.",
+        "queue",
+        latency_rows,
+    )
+
+    drainer_states = GaugeMetricFamily(
+        "cronlock_drainers",
+        "Drainer processes with a live heartbeat row, by queue and state (active or standby).",
+        labels=["queue", "state"],
+    )
+    by_state: dict[tuple[str, str], int] = {}
+    for row in drainers:
+        key = (row["queue"], row["state"])
+        by_state[key] = by_state.get(key, 0) + 1
+    for (queue, state), number in sorted(by_state.items()):
+        drainer_states.add_metric([queue, state], number)
+
+    runs_total = CounterMetricFamily(
+        "cronlock_task_runs", "Runs of each periodic task by outcome.", labels=["task", "status"]
+    )
+    last_success = GaugeMetricFamily(
+        "cronlock_task_last_success_timestamp_seconds",
+        "When the last run that did the work (completed or partial) started, Unix time.",
+        labels=["task"],
+    )
+    consecutive = GaugeMetricFamily(
+        "cronlock_task_consecutive_failures",
+        "Failed runs since the task's last success.",
+        labels=["task"],
+    )
+    for row in tasks:
+        for status in RUN_STATUSES:
+            runs_total.add_metric([row["task"], status], int(row[status]))
+        when: datetime | None = row["last_success_at"]
+        if when is not None:
+            last_success.add_metric([row["task"]], when.timestamp())
+        consecutive.add_metric([row["task"]], int(row["consecutive_failures"]))
+    duration = _histogram(
+        "cronlock_task_duration_seconds", "How long runs took.", "task", tasks, "duration_"
+    )
+    lateness = _histogram(
+        "cronlock_task_lateness_seconds",
+        "How long after its slot (scheduled fire time) a run started.",
+        "task",
+        tasks,
+        "lateness_",
+    )
+    return [
+        jobs,
+        due_jobs,
+        oldest,
+        processed,
+        failed,
+        retried,
+        latency,
+        drainer_states,
+        runs_total,
+        last_success,
+        consecutive,
+        duration,
+        lateness,
+    ]
+
+
+def render_metrics(families: list[Metric]) -> bytes:
+    """The Prometheus text exposition of ``families``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(families))
+    return generate_latest(registry)

@@ -1,0 +1,201 @@
+"""The HTTP API against the real app and a real database: enqueue, read back, refuse bad input."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+from testapps import jobs as jobsapp
+
+from cronlock import App, Database
+from cronlock.http import MAX_BODY_BYTES, create_api
+from cronlock.tables import jobs
+
+TOKEN = "s3cret-token"
+
+
+@pytest.fixture
+async def client(database: Database) -> AsyncIterator[httpx.AsyncClient]:
+    async with database.engine.begin() as conn:
+        await conn.run_sync(jobsapp.scratch.create_all)
+    app = jobsapp.app
+    app.use_database(str(database.url))
+    transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
+    async with httpx.AsyncClient(transport=transport, base_url="http://cronlock") as http:
+        yield http
+    await app.aclose()
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+async def _jobs_count(database: Database) -> int:
+    async with database.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(jobs))).scalar_one())
+
+
+async def test_enqueue_drain_read_back(client: httpx.AsyncClient, database: Database) -> None:
+    answer = await client.post(
+        "/jobs", json={"job_type": "echo", "payload": {"to": "a@b.c"}}, headers=AUTH
+    )
+    assert answer.status_code == 201, answer.text
+    body = answer.json()
+    assert body["created"] is True
+    job_id = body["id"]
+
+    pending = (await client.get(f"/jobs/{job_id}")).json()
+    assert pending["status"] == "pending"
+
+    result = await jobsapp.app.drain()
+    assert result.stats["processed"] == 1
+
+    done = await client.get(f"/jobs/{job_id}")
+    assert done.status_code == 200
+    view = done.json()
+    assert view["status"] == "completed"
+    assert view["result"] == {"echo": {"to": "a@b.c"}}
+    assert view["completed_at"] is not None and view["started_at"] is not None
+
+
+async def test_failing_job_shows_retries_and_history(
+    client: httpx.AsyncClient, database: Database
+) -> None:
+    answer = await client.post("/jobs", json={"job_type": "always_fail"}, headers=AUTH)
+    job_id = answer.json()["id"]
+    later = datetime.now(UTC)
+    for _ in range(3):  # max_retries=2: three attempts, each due when the clock jumps
+        later += timedelta(hours=2)
+        moment = later
+        await jobsapp.app.drainer(clock=lambda moment=moment: moment).drain()
+    view = (await client.get(f"/jobs/{job_id}")).json()
+    assert view["status"] == "failed"
+    assert (view["retry_count"], view["max_retries"]) == (2, 2)
+    assert [entry["attempt"] for entry in view["error_history"]] == [1, 2, 3]
+    assert view["error_message"] == "ValueError: permanent error"
+
+
+async def test_dedup_hit_returns_the_existing_id(client: httpx.AsyncClient) -> None:
+    request = {"job_type": "echo", "payload": {}, "dedup_key": "nightly"}
+    first = await client.post("/jobs", json=request, headers=AUTH)
+    second = await client.post("/jobs", json=request, headers=AUTH)
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert second.json()["id"] == first.json()["id"]
+    assert second.json()["created"] is False
+    assert "dedup_key" in second.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("request_body", "status", "message"),
+    [
+        ({"job_type": "nope"}, 422, "no handler registered for job type 'nope'"),
+        ({"job_type": "echo", "payload": [1, 2]}, 422, "payload: Input should be a valid dict"),
+        ({"job_type": "echo", "payload": "x"}, 422, "payload"),
+        ({"job_type": 7}, 422, "job_type: Input should be a valid string"),
+        ({"job_type": "echo", "max_retries": "3"}, 422, "max_retries"),
+        ({"job_type": "echo", "max_retries": 1000}, 422, "max_retries"),
+        ({"job_type": "echo", "delay": -1}, 422, "delay"),
+        ({"job_type": "echo", "delay": 1, "run_at": "2030-01-01T00:00:00Z"}, 422, "not both"),
+        ({"job_type": "echo", "run_at": "2030-01-01T00:00:00"}, 422, "timezone"),
+        ({"job_type": "echo", "colour": "red"}, 422, "colour: Extra inputs are not permitted"),
+        ({"payload": {}}, 422, "job_type: Field required"),
+    ],
+)
+async def test_bad_requests_write_nothing(
+    client: httpx.AsyncClient,
+    database: Database,
+    request_body: dict[str, object],
+    status: int,
+    message: str,
+) -> None:
+    answer = await client.post("/jobs", json=request_body, headers=AUTH)
+    assert answer.status_code == status, answer.text
+    assert message in answer.json()["detail"]
+    assert await _jobs_count(database) == 0
+
+
+async def test_oversized_and_malformed_bodies(
+    client: httpx.AsyncClient, database: Database
+) -> None:
+    big = {"job_type": "echo", "payload": {"blob": "x" * (MAX_BODY_BYTES + 1)}}
+    assert (await client.post("/jobs", json=big, headers=AUTH)).status_code == 413
+    broken = await client.post(
+        "/jobs", content=b"{not json", headers={**AUTH, "Content-Type": "application/json"}
+    )
+    assert broken.status_code == 422
+    assert "JSON" in broken.json()["detail"]
+    assert await _jobs_count(database) == 0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}],
+)
+async def test_writes_need_the_token(
+    client: httpx.AsyncClient, database: Database, headers: dict[str, str]
+) -> None:
+    answer = await client.post("/jobs", json={"job_type": "echo"}, headers=headers)
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"] == "Bearer"
+    assert answer.json()["detail"] == "a valid bearer token is required"
+    assert await _jobs_count(database) == 0
+
+
+async def test_job_ids_are_checked(client: httpx.AsyncClient) -> None:
+    assert (await client.get(f"/jobs/{uuid.uuid4()}")).status_code == 404
+    malformed = await client.get("/jobs/not-a-uuid")
+    assert malformed.status_code == 422
+    assert "job_id" in malformed.json()["detail"]
+
+
+async def test_runs_and_health(database: Database) -> None:
+    from testapps import items
+
+    async with database.engine.begin() as conn:
+        await conn.run_sync(items.scratch.create_all)
+    app: App = items.app
+    app.use_database(str(database.url))
+    try:
+        await app.run("explode")
+        await app.run("thousand")
+        transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
+        async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
+            runs = (await http.get("/runs")).json()
+            only = (await http.get("/runs", params={"task": "explode"})).json()
+            health = await http.get("/healthz")
+    finally:
+        await app.aclose()
+    assert [r["task"] for r in runs] == ["thousand", "explode"]
+    assert [r["status"] for r in only] == ["failed"]
+    assert only[0]["error"] == "RuntimeError: the body blew up"
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+async def test_health_reports_an_unmigrated_database(empty_database: Database) -> None:
+    app = App()
+    app.use_database(str(empty_database.url))
+    transport = httpx.ASGITransport(app=create_api(app))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
+            answer = await http.get("/healthz")
+    finally:
+        await app.aclose()
+    assert answer.status_code == 503
+    assert "cronlock migrate" in answer.json()["detail"]
+
+
+def test_openapi_is_complete() -> None:
+    spec = create_api(App()).openapi()
+    paths = spec["paths"]
+    assert set(paths) == {"/jobs", "/jobs/{job_id}", "/runs", "/healthz", "/metrics"}
+    post = paths["/jobs"]["post"]
+    assert {"201", "200", "401", "413", "422"} <= set(post["responses"])
+    assert post["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/ErrorBody"
+    )
+    assert paths["/jobs/{job_id}"]["get"]["responses"]["200"]["content"]["application/json"][
+        "schema"
+    ]["$ref"].endswith("/JobView")
