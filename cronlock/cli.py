@@ -722,6 +722,27 @@ def worker(
     )
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@pass_options
+def serve(options: Options, host: str, port: int) -> None:
+    """The HTTP API (POST /jobs, GET /jobs/{id}, /runs, /healthz, /metrics) on uvicorn.
+
+    Writes need $CRONLOCK_API_TOKEN as a bearer token when it is set."""
+    try:
+        import uvicorn
+
+        from .http import create_api
+    except ImportError:
+        raise UsageFailure(
+            "`cronlock serve` needs the 'http' extra: pip install 'cronlock[http]'"
+        ) from None
+    app = options.load_app()
+    options.database(app)
+    uvicorn.run(create_api(app), host=host, port=port, log_level="info")
+
+
 def main() -> None:
     cli(prog_name="cronlock")
 

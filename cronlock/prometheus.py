@@ -11,6 +11,8 @@ that as a counter reset. Names follow Prometheus conventions (``cronlock_…_tot
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
@@ -28,7 +30,7 @@ from . import queries
 from .database import Database
 from .tables import JOB_STATUSES, RUN_STATUSES
 
-__all__ = ["CONTENT_TYPE", "render_metrics", "scrape"]
+__all__ = ["CONTENT_TYPE", "render_metrics", "scrape", "serve_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -181,3 +183,36 @@ def render_metrics(families: list[Metric]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return generate_latest(registry)
+
+
+logger = logging.getLogger("cronlock.prometheus")
+
+
+async def serve_metrics(database: Database, host: str, port: int) -> asyncio.Server:
+    """A minimal HTTP endpoint for ``GET /metrics`` inside a worker's own event loop.
+
+    The worker already runs asyncio and holds the database; a scrape is one short read, so a
+    thread-based server (prometheus_client's) would only add a second event loop for the DB.
+    """
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            method, path, *_ = request.split(b" ", 2)
+            if method != b"GET" or path.split(b"?")[0] != b"/metrics":
+                status, body, kind = "404 Not Found", b"only GET /metrics here\n", "text/plain"
+            else:
+                status, kind = "200 OK", CONTENT_TYPE
+                body = render_metrics(await scrape(database))
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except Exception as exc:  # a bad scrape must never take the worker down
+            logger.warning("metrics scrape failed: %s", exc, extra={"action": "metrics_failed"})
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(answer, host, port)

@@ -199,3 +199,47 @@ def test_openapi_is_complete() -> None:
     assert paths["/jobs/{job_id}"]["get"]["responses"]["200"]["content"]["application/json"][
         "schema"
     ]["$ref"].endswith("/JobView")
+
+
+def test_cronlock_serve(database_url: str) -> None:
+    import os
+    import signal
+    import socket
+
+    from cli import start_cli
+    from waiting import wait_for
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = start_cli(
+        "--app",
+        "testapps.jobs",
+        "serve",
+        "--port",
+        str(port),
+        database_url=database_url,
+        CRONLOCK_API_TOKEN=TOKEN,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return proc.poll() is not None  # stop waiting if it died
+
+    try:
+        wait_for(healthy, timeout=30)
+        assert proc.poll() is None, proc.communicate()
+        denied = httpx.post(f"{base}/jobs", json={"job_type": "echo"})
+        made = httpx.post(f"{base}/jobs", json={"job_type": "echo"}, headers=AUTH)
+        assert (denied.status_code, made.status_code) == (401, 201)
+        read = httpx.get(f"{base}/jobs/{made.json()['id']}")
+        assert read.json()["status"] == "pending"
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        _, log = proc.communicate(timeout=30)
+    # uvicorn shuts down gracefully, then re-raises the signal (exit status -SIGTERM).
+    assert "Finished server process" in log
+    assert proc.returncode in (0, -signal.SIGTERM)

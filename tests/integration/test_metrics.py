@@ -1,0 +1,110 @@
+"""/metrics parses with Prometheus' own text parser and its numbers match the tables."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select
+from testapps import items
+from testapps import jobs as jobsapp
+
+from cronlock import Database
+from cronlock.http import create_api
+from cronlock.tables import runs
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def test_metrics_match_the_tables(database: Database) -> None:
+    async with database.engine.begin() as conn:
+        await conn.run_sync(jobsapp.scratch.create_all)
+        await conn.run_sync(items.scratch.create_all)
+    app = jobsapp.app
+    app.use_database(str(database.url))
+    try:
+        async with database.session() as session:
+            await app.enqueue_many(session, "echo", [{"n": 1}, {"n": 2}, {"n": 3}])
+            await app.enqueue(session, "always_fail", {})
+            await app.enqueue(session, "echo", {}, queue="backlog")
+            await app.enqueue(session, "echo", {}, queue="later", delay=3600)
+            await session.commit()
+        moment = datetime.now(UTC)
+        for _ in range(3):  # always_fail: 3 attempts, 2 retries, then failed
+            await app.drainer(clock=lambda moment=moment: moment).drain()
+            moment += timedelta(hours=1)
+    finally:
+        await app.aclose()
+
+    tasks = items.app
+    tasks.use_database(str(database.url))
+    try:
+        await tasks.run("thousand")
+        await tasks.run("explode")
+        await tasks.run("explode")
+        transport = httpx.ASGITransport(app=create_api(tasks))
+        async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
+            answer = await http.get("/metrics")
+    finally:
+        await tasks.aclose()
+
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    m = _samples(answer.text)
+
+    def job(status: str, queue: str = "default") -> float:
+        return m[("cronlock_jobs", (("queue", queue), ("status", status)))]
+
+    assert (job("completed"), job("failed"), job("pending")) == (3, 1, 0)
+    assert (job("pending", "backlog"), job("pending", "later")) == (1, 1)
+    assert m[("cronlock_jobs_processed_total", (("queue", "default"),))] == 3
+    assert m[("cronlock_jobs_failed_total", (("queue", "default"),))] == 1
+    assert m[("cronlock_jobs_retried_total", (("queue", "default"),))] == 2
+    assert m[("cronlock_job_latency_seconds_count", (("queue", "default"),))] == 3
+    assert m[("cronlock_job_latency_seconds_bucket", (("le", "+Inf"), ("queue", "default")))] == 3
+    assert m[("cronlock_jobs_due", (("queue", "backlog"),))] == 1
+    assert ("cronlock_jobs_due", (("queue", "later"),)) not in m  # not due for an hour
+    assert m[("cronlock_oldest_due_job_age_seconds", (("queue", "backlog"),))] >= 0
+
+    def run(status: str, task: str) -> float:
+        return m[("cronlock_task_runs_total", (("status", status), ("task", task)))]
+
+    assert (run("partial", "thousand"), run("failed", "explode")) == (1, 2)
+    assert run("completed", "thousand") == 0
+    assert m[("cronlock_task_consecutive_failures", (("task", "explode"),))] == 2
+    assert m[("cronlock_task_consecutive_failures", (("task", "thousand"),))] == 0
+    assert ("cronlock_task_last_success_timestamp_seconds", (("task", "explode"),)) not in m
+    async with database.connect() as conn:
+        started = (
+            await conn.execute(select(runs.c.started_at).where(runs.c.task == "thousand"))
+        ).scalar_one()
+    assert m[("cronlock_task_last_success_timestamp_seconds", (("task", "thousand"),))] == (
+        started.timestamp()
+    )
+    assert m[("cronlock_task_duration_seconds_count", (("task", "explode"),))] == 2
+    assert m[("cronlock_task_lateness_seconds_count", (("task", "thousand"),))] == 1
+
+
+async def test_worker_metrics_endpoint(database: Database) -> None:
+    from cronlock.prometheus import serve_metrics
+
+    server = await serve_metrics(database, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            metrics = await http.get("/metrics")
+            other = await http.get("/")
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert metrics.status_code == 200
+    names = {family.name for family in text_string_to_metric_families(metrics.text)}
+    assert {"cronlock_jobs", "cronlock_task_runs", "cronlock_drainers"} <= names
+    assert other.status_code == 404
