@@ -566,6 +566,16 @@ def _on_signals(drainer: Drainer, grace_period: float) -> None:
         loop.add_signal_handler(signum, handle, signum)
 
 
+def _metrics_server() -> Any:
+    try:
+        from .prometheus import serve_metrics
+    except ImportError:
+        raise UsageFailure(
+            "--metrics-port needs the 'metrics' extra: pip install 'cronlock[metrics]'"
+        ) from None
+    return serve_metrics
+
+
 def _drain(
     options: Options,
     drain_options: DrainOptions,
@@ -574,12 +584,16 @@ def _drain(
     skipped_exit_code: int,
     *,
     daemon: bool = False,
+    metrics_address: tuple[str, int] | None = None,
 ) -> NoReturn:
     app = options.load_app()
+    serve_metrics = _metrics_server() if metrics_address else None
     database = options.database(app)
 
     async def go() -> DrainResult:
         await schema.ensure_ready(database)
+        if serve_metrics is not None and metrics_address is not None:
+            await serve_metrics(database, *metrics_address)
         drainer = app.drainer(
             queue=drain_options.queue,
             commit_mode=drain_options.commit_mode,
@@ -700,6 +714,14 @@ def drain(
     show_default=True,
     help="Seconds between checks when no notification comes (LISTEN/NOTIFY wakes it at once).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="Serve Prometheus metrics on GET /metrics at this port.",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."
+)
 @pass_options
 def worker(
     options: Options,
@@ -709,6 +731,8 @@ def worker(
     concurrency: int,
     grace_period: float,
     poll_interval: float,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Long-running drainer: stands by while another is active, takes over when it stops or
     dies. SIGTERM/SIGINT stop it gracefully; it prints its stats (one JSON object) on exit."""
@@ -719,6 +743,7 @@ def worker(
         True,
         EXIT_OK,
         daemon=True,
+        metrics_address=(metrics_host, metrics_port) if metrics_port else None,
     )
 
 

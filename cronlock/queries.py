@@ -566,10 +566,10 @@ JOB_TOTALS = (
 )
 
 _run_duration = func.extract("epoch", runs.c.finished_at - runs.c.started_at)
-_run_lateness = func.extract("epoch", runs.c.started_at - runs.c.slot)
+_run_lateness = runs.c.lateness_ms / literal(1000.0)
 _did_work = runs.c.status.in_([literal_column("'completed'"), literal_column("'partial'")])
 _finished = runs.c.finished_at.is_not(None)
-_slotted = runs.c.slot.is_not(None)
+_slotted = runs.c.lateness_ms.is_not(None)  # runs of a slot; manual runs have none
 _last_success = (
     select(runs.c.task, func.max(runs.c.started_at).label("at"))
     .where(_did_work)

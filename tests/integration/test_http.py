@@ -159,8 +159,8 @@ async def test_runs_and_health(database: Database) -> None:
     app: App = items.app
     app.use_database(str(database.url))
     try:
-        await app.run("explode")
-        await app.run("thousand")
+        await app.run("explode", manual=True)
+        await app.run("thousand", manual=True)
         transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
         async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
             runs = (await http.get("/runs")).json()

@@ -46,9 +46,12 @@ async def test_metrics_match_the_tables(database: Database) -> None:
     tasks = items.app
     tasks.use_database(str(database.url))
     try:
-        await tasks.run("thousand")
-        await tasks.run("explode")
-        await tasks.run("explode")
+        # A slot's run, 2.5 s late (thousand fires every 5 minutes).
+        slot = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
+        slot -= timedelta(minutes=slot.minute % 5)
+        await tasks.run("thousand", now=slot + timedelta(seconds=2.5))
+        await tasks.run("explode", manual=True)
+        await tasks.run("explode", manual=True)
         transport = httpx.ASGITransport(app=create_api(tasks))
         async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
             answer = await http.get("/metrics")
@@ -89,7 +92,10 @@ async def test_metrics_match_the_tables(database: Database) -> None:
         started.timestamp()
     )
     assert m[("cronlock_task_duration_seconds_count", (("task", "explode"),))] == 2
+    # A slot's run has a lateness; manual runs belong to no slot and have none.
     assert m[("cronlock_task_lateness_seconds_count", (("task", "thousand"),))] == 1
+    assert m[("cronlock_task_lateness_seconds_sum", (("task", "thousand"),))] == 2.5
+    assert m[("cronlock_task_lateness_seconds_count", (("task", "explode"),))] == 0
 
 
 async def test_worker_metrics_endpoint(database: Database) -> None:
@@ -108,3 +114,43 @@ async def test_worker_metrics_endpoint(database: Database) -> None:
     names = {family.name for family in text_string_to_metric_families(metrics.text)}
     assert {"cronlock_jobs", "cronlock_task_runs", "cronlock_drainers"} <= names
     assert other.status_code == 404
+
+
+async def test_cronlock_worker_metrics_port(database: Database, database_url: str) -> None:
+    import os
+    import signal
+    import socket
+
+    from cli import start_cli
+    from waiting import wait_for
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    worker = start_cli(
+        "--app",
+        "testapps.jobs",
+        "worker",
+        "--metrics-port",
+        str(port),
+        database_url=database_url,
+    )
+
+    def scraped() -> str | None:
+        try:
+            answer = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+        except httpx.TransportError:
+            if worker.poll() is not None:
+                raise AssertionError(worker.communicate()) from None
+            return None
+        active = 'cronlock_drainers{queue="default",state="active"} 1.0'
+        return answer.text if active in answer.text else None
+
+    try:
+        text = wait_for(scraped, timeout=30)
+    finally:
+        os.kill(worker.pid, signal.SIGTERM)
+        worker.communicate(timeout=30)
+    assert worker.returncode == 0
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert {"cronlock_jobs", "cronlock_drainers", "cronlock_task_runs"} <= names
