@@ -111,13 +111,20 @@ _pg_locks = table(
     column("objsubid"),
     column("granted"),
     column("pid"),
+    column("database"),
     schema="pg_catalog",
 )
+_pg_database = table("pg_database", column("oid"), column("datname"), schema="pg_catalog")
 
-# Backends holding a two-key advisory lock. pg_locks shows the keys as oids (unsigned), so the
-# caller passes them as ``key & 0xFFFFFFFF``.
+# Backends holding a two-key advisory lock in this database (advisory locks are per database;
+# pg_locks shows the whole cluster). The keys show as oids (unsigned), so the caller passes
+# them as ``key & 0xFFFFFFFF``.
 LOCK_HOLDERS = select(_pg_locks.c.pid).where(
     _pg_locks.c.locktype == "advisory",
+    _pg_locks.c.database
+    == select(_pg_database.c.oid)
+    .where(_pg_database.c.datname == func.current_database())
+    .scalar_subquery(),
     _pg_locks.c.objsubid == 2,
     _pg_locks.c.granted,
     cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
