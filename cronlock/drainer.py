@@ -500,6 +500,7 @@ class Drainer:
         turns into a SAVEPOINT, opened only when the handler first uses the session.
         """
         outcomes: list[JobOutcome] = []
+        begun: list[float] = []  # when each job started, for its started -> committed latency
         transaction = raw.transaction()
         await transaction.start()
         try:
@@ -512,6 +513,7 @@ class Drainer:
                 if self.stopping:
                     break
                 lane.in_flight = 1
+                begun.append(time.perf_counter())
                 outcome = await self._attempt(conn, job)
                 lane.in_flight = 0
                 outcomes.append(outcome)
@@ -527,13 +529,12 @@ class Drainer:
             raise
         await transaction.commit()
         self.stats.handed_back += len(claimed) - len(outcomes)
-        self._count(outcomes)
+        self._count(outcomes, begun)
         return len(claimed)
 
     async def _attempt(self, conn: AsyncConnection, job: Job) -> JobOutcome:
         handler = self.handlers.get(job.job_type)
         started = self._now()
-        clock = time.perf_counter()
         if handler is None:
             return self._failed(
                 job, f"no handler registered for job type {job.job_type!r}", started, None
@@ -561,9 +562,7 @@ class Drainer:
                 # The handler committed its session (released the savepoint) and then
                 # failed: only dropping the whole transaction keeps its writes from staying.
                 raise _LostLease(self._failed(job, error, started, handler)) from exc
-            self.stats.run_time.record(time.perf_counter() - clock)
             return self._failed(job, error, started, handler)
-        self.stats.run_time.record(time.perf_counter() - clock)
         return outcome_of_success(job, result, started, self._now())
 
     def _failed(
@@ -599,12 +598,15 @@ class Drainer:
             return
         self._count([outcome])
 
-    def _count(self, outcomes: list[JobOutcome]) -> None:
-        """Count committed outcomes (called after the commit)."""
-        now = datetime.now(UTC)
-        for outcome in outcomes:
+    def _count(self, outcomes: list[JobOutcome], begun: list[float] | None = None) -> None:
+        """Count committed outcomes (called after the commit): a job's latency ends when its
+        completion is committed (in batch mode, with its batch)."""
+        now, clock = datetime.now(UTC), time.perf_counter()
+        for i, outcome in enumerate(outcomes):
             if outcome.status is JobStatus.COMPLETED:
                 self.stats.processed += 1
+                if begun is not None:
+                    self.stats.run_time.record(clock - begun[i])
                 if outcome.created_at is not None:
                     self.stats.end_to_end.record((now - outcome.created_at).total_seconds())
             elif outcome.status is JobStatus.RETRYING:

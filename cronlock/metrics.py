@@ -106,7 +106,7 @@ class DrainStats:
             "error_rate": round((self.failed + self.retried) / self.attempts, 4)
             if self.attempts
             else 0.0,
-            # started -> completed, as the reference measured it
+            # started -> completed (committed), as the reference measured it
             "avg_latency_ms": run_time["avg"],
             "p50_latency_ms": run_time["p50"],
             "p95_latency_ms": run_time["p95"],
