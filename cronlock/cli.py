@@ -7,6 +7,7 @@ configuration error (one line on stderr, never a traceback), 3 partial.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -835,12 +836,22 @@ def scheduler(
     _run(go, app)
 
 
-def _drainer_service(app: App, shutdown_grace: float) -> Any:
+# Seconds before a drainer that ended on its own (it lost its database) starts again.
+DRAINER_RESTART_DELAY = 5.0
+
+
+def _drainer_service(
+    app: App, shutdown_grace: float, restart_delay: float = DRAINER_RESTART_DELAY
+) -> Any:
     """The queue's worker as a scheduler service (`scheduler --with-drainer`): it stands by or
     drains the default queue beside the periodic tasks, and stops with the scheduler (jobs in
-    flight get the same grace as runs in flight)."""
+    flight get the same grace as runs in flight).
 
-    async def serve(stop: asyncio.Event) -> None:
+    A drainer that ends while the scheduler goes on (a lane lost its database) is started
+    again after ``restart_delay``: in one process the scheduler is its supervisor, and the
+    process does not exit for systemd to restart it."""
+
+    async def serve_once(stop: asyncio.Event) -> None:
         drainer = app.drainer()
 
         async def stop_with_the_scheduler() -> None:
@@ -853,10 +864,19 @@ def _drainer_service(app: App, shutdown_grace: float) -> Any:
             result = await drainer.work()
         finally:
             watcher.cancel()
-        logging.getLogger("cronlock.drainer").info(
+        logging.getLogger("cronlock.drainer").log(
+            logging.INFO if stop.is_set() else logging.WARNING,
             "drainer stopped: %s",
             json.dumps(result.to_dict()),
             extra={"action": "drainer_stopped", "queue": result.queue},
         )
+
+    async def serve(stop: asyncio.Event) -> None:
+        while True:
+            await serve_once(stop)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), restart_delay)
+            if stop.is_set():
+                return
 
     return serve
