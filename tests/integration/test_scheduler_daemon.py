@@ -196,3 +196,34 @@ def test_list_shows_next_fire_times_in_the_zone_and_utc(database_url: str) -> No
         assert utc.utcoffset() == timedelta(0)
     text = run_cli("--app", "testapps.sched", "list", database_url=database_url)
     assert "NEXT (zone)" in text.stdout and "Europe/Madrid" in text.stdout
+
+
+def test_unknown_task_is_one_line_exit_2(database_url: str) -> None:
+    result = run_cli(
+        "--app", "testapps.sched", "scheduler", "--task", "nope", database_url=database_url
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "unknown task 'nope'" in line
+
+
+async def test_a_wake_that_fails_is_logged_and_the_daemon_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database goes away: each wake fails and says so; the scheduler keeps serving."""
+    unreachable = Database("postgresql://nobody@127.0.0.1:1/nowhere")
+    scheduler = Scheduler(sched.app, unreachable, tasks=["tick", "yearly"], shutdown_grace=5)
+    stop = asyncio.Event()
+    with caplog.at_level("ERROR", logger="cronlock.scheduler"):
+        serving = asyncio.create_task(scheduler.serve(stop))
+
+        async def both_failed() -> bool:
+            return "tick: wake failed" in caplog.text and "yearly: wake failed" in caplog.text
+
+        try:
+            await eventually(both_failed, timeout=30)
+            assert not serving.done()
+        finally:
+            stop.set()
+            await serving
+    await unreachable.dispose()
