@@ -204,14 +204,11 @@ def test_openapi_is_complete() -> None:
 def test_cronlock_serve(database_url: str) -> None:
     import os
     import signal
-    import socket
 
-    from cli import start_cli
+    from cli import free_port, start_cli
     from waiting import wait_for
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = start_cli(
         "--app",
         "testapps.jobs",

@@ -119,14 +119,11 @@ async def test_worker_metrics_endpoint(database: Database) -> None:
 async def test_cronlock_worker_metrics_port(database: Database, database_url: str) -> None:
     import os
     import signal
-    import socket
 
-    from cli import start_cli
+    from cli import free_port, start_cli
     from waiting import wait_for
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     worker = start_cli(
         "--app",
         "testapps.jobs",

@@ -17,14 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from cli import free_port
 from sqlalchemy import URL
 from waiting import wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def require_pgbouncer() -> str:
@@ -49,7 +44,7 @@ def running_pgbouncer(server: URL, *, pool_size: int = 2) -> Iterator[URL]:
     user = server.username or "postgres"
     work = Path(tempfile.mkdtemp(prefix="cronlock-pgbouncer-"))
     work.chmod(0o777)
-    listen = _free_port()
+    listen = free_port()
     (work / "users.txt").write_text(f'"{user}" ""\n')
     (work / "pgbouncer.ini").write_text(
         "[databases]\n"
