@@ -55,6 +55,9 @@ PG_SETTINGS = (
 )
 PEER_PACKAGES = ("procrastinate", "pgqueuer", "psycopg", "asyncpg", "sqlalchemy", "cronlock")
 
+# A 100,000-job drain of a peer is skipped (and said so) when it would take longer than this.
+BIG_N_BUDGET_S = 240
+
 # Each peer's documented throughput knob, swept around the value issue 5 names.
 SWEEPS: dict[str, tuple[str, list[int]]] = {
     "procrastinate": ("concurrency", [5, 10, 20]),
@@ -142,13 +145,8 @@ class Runner:
                 json.dumps(variant.options),
                 *extra,
             ]
-            env = dict(os.environ)
-            # The repository last: a PYTHONPATH given by the caller (a worktree of a branch
-            # not landed yet) decides which cronlock is measured; the cwd is neutral so
-            # ``-m`` does not put this checkout's cronlock first.
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (env.get("PYTHONPATH", ""), str(ROOT)) if p
-            )
+            # The cwd is neutral so that ``-m`` does not put this checkout's cronlock first.
+            env = {**os.environ, "PYTHONPATH": _agent_path()}
             load_before = os.getloadavg()[0]
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -254,8 +252,18 @@ async def measure(plan: Plan, runner: Runner) -> dict[str, Any]:
 
     async def latencies(variant: Variant) -> None:
         for rate in plan.rates:
+            # One producer keeps up with 50/s; 500/s needs a few on a busy 2-core machine.
+            producers = "1" if rate <= 100 else "4"
             entry = await runner.repeat(
-                "latency", variant, r, "--rate", str(rate), "--seconds", str(plan.latency_seconds)
+                "latency",
+                variant,
+                r,
+                "--rate",
+                str(rate),
+                "--seconds",
+                str(plan.latency_seconds),
+                "--producers",
+                producers,
             )
             results["latency"].append(entry)
 
@@ -345,7 +353,16 @@ async def measure(plan: Plan, runner: Runner) -> dict[str, Any]:
             results["missing"].append(f"{system}: every tuned run failed")
             continue
         tuned = Variant(system, "tuned " + chosen["label"], chosen["options"])
-        await drains(tuned, [n for n in plan.drain_ns if n != plan.sweep_n] + big)
+        tuned_big = big
+        expected = plan.big_n / chosen["summary"]["jobs_per_s"]["median"] if big else 0
+        if expected > BIG_N_BUDGET_S:
+            # At a few hundred jobs/s one 100,000-job drain takes many minutes per run.
+            tuned_big = []
+            results["missing"].append(
+                f"{system} tuned at N={plan.big_n:,}: skipped, about {expected:.0f} s per run "
+                f"at its N={plan.sweep_n:,} rate (budget {BIG_N_BUDGET_S} s)"
+            )
+        await drains(tuned, [n for n in plan.drain_ns if n != plan.sweep_n] + tuned_big)
         # The sweep's runs at sweep_n are the tuned variant's figure there.
         results["drain"].append({**chosen, "label": tuned.label})
         await latencies(tuned)
@@ -414,6 +431,44 @@ def versions(py312: Path | None) -> dict[str, str]:
     return found
 
 
+def cronlock_source() -> dict[str, Any]:
+    """Which cronlock the agents import (a branch's worktree can be measured before it lands)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import cronlock, os; print(os.path.dirname(cronlock.__file__))"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+        env={**os.environ, "PYTHONPATH": _agent_path()},
+    )
+    where = Path(probe.stdout.strip()).parent if probe.returncode == 0 else None
+    if where is None:
+        return {"path": None}
+    git = subprocess.run(
+        ["git", "-C", str(where), "log", "-1", "--format=%H %s"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(where), "status", "--porcelain", "--", "cronlock", "migrations"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return {
+        "path": str(where),
+        "commit": git.stdout.strip() or None,
+        "uncommitted_changes": bool(dirty.stdout.strip()),
+    }
+
+
+def _agent_path() -> str:
+    # The repository last: a PYTHONPATH given by the caller (a worktree of a branch not landed
+    # yet) decides which cronlock is measured.
+    return os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), str(ROOT)) if p)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
     p.add_argument("--server", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_SERVER))
@@ -443,6 +498,7 @@ async def _main(args: argparse.Namespace) -> Path:
         "machine": machine(),
         "postgres": await postgres(args.server),
         "versions": versions(args.python312),
+        "cronlock_source": cronlock_source(),
         "plan": plan.__dict__,
     }
     clock = time.monotonic()
