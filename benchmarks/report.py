@@ -112,6 +112,7 @@ def setup_section(meta: dict[str, Any]) -> list[str]:
         for k, s in sorted(pg["settings"].items())
     )
     load = meta.get("load_range", {})
+    source = _source(meta.get("cronlock_source"))
     lines = [
         "### Setup",
         "",
@@ -132,10 +133,25 @@ def setup_section(meta: dict[str, Any]) -> list[str]:
         f"- PostgreSQL: {pg['version'].split(' on ')[0]} on the same host (127.0.0.1), "
         f"settings: {settings}.",
         "- Libraries: " + ", ".join(f"{k} {ver}" for k, ver in v.items()) + ".",
+        f"- cronlock measured: {source}.",
         f"- Each figure: the median of {meta['plan']['repeats']} runs, with (min..max); "
         "each run a fresh process on a fresh scratch database.",
     ]
+    for sup in meta.get("supplements", []):
+        lines.append(
+            f"- Supplement: `{sup['command']}` (started {sup['started_at']}, load "
+            f"{sup['load_at_start'][0]:.2f}, cronlock {_source(sup.get('cronlock_source'))}) "
+            "replaced: " + "; ".join(sorted(set(sup["replaced"]))) + "."
+        )
     return lines
+
+
+def _source(source: dict[str, Any] | None) -> str:
+    if not source or not source.get("commit"):
+        return "unknown"
+    commit, _, subject = source["commit"].partition(" ")
+    dirty = " plus uncommitted changes" if source.get("uncommitted_changes") else ""
+    return f"commit {commit[:10]} ({subject[:60]}){dirty}"
 
 
 def _setting(value: str, unit: str | None) -> str:
@@ -511,8 +527,44 @@ def update_document(generated: str, document: Path = DOCUMENT) -> None:
     document.write_text(text)
 
 
+def merge(results: dict[str, Any], supplement: dict[str, Any]) -> dict[str, Any]:
+    """``results`` with the supplement's entries replacing the same measurements."""
+
+    def key(entry: Entry) -> tuple[str, str, str, tuple[str, ...]]:
+        return entry["workload"], entry["system"], entry["label"], tuple(entry["args"])
+
+    merged = dict(results)
+    for kind in ("drain", "sweep", "enqueue", "latency", "recovery", "savepoints"):
+        replacing = {key(e): e for e in supplement.get(kind, [])}
+        kept = [replacing.pop(key(e), e) for e in results.get(kind, [])]
+        merged[kind] = kept + list(replacing.values())
+    meta = dict(results["meta"])
+    meta["supplements"] = [
+        *meta.get("supplements", []),
+        {
+            "command": supplement["meta"]["command"],
+            "started_at": supplement["meta"]["started_at"],
+            "load_at_start": supplement["meta"]["load_at_start"],
+            "cronlock_source": supplement["meta"].get("cronlock_source"),
+            "replaced": sorted(
+                f"{e['workload']} {e['system']} ({e['label']})"
+                for kind in ("drain", "sweep", "enqueue", "latency", "recovery", "savepoints")
+                for e in supplement.get(kind, [])
+            ),
+        },
+    ]
+    merged["meta"] = meta
+    if "profile" in supplement:
+        merged["profile"] = supplement["profile"]
+    # What the supplement could not measure is still missing; what it did is not.
+    merged["missing"] = supplement.get("missing", []) + [
+        m for m in results.get("missing", []) if not m.startswith("cronlock")
+    ]
+    return merged
+
+
 def latest() -> Path:
-    files = sorted(RESULTS.glob("*.json"))
+    files = sorted(p for p in RESULTS.glob("*.json") if "supplement" not in p.name)
     if not files:
         raise SystemExit(f"no results in {RESULTS}: run python -m benchmarks.run first")
     return files[-1]
@@ -524,8 +576,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--document", type=Path, default=DOCUMENT)
     p.add_argument("--chart", type=Path, default=CHART)
     p.add_argument("--no-chart", action="store_true")
+    p.add_argument(
+        "--supplement", type=Path, action="append", default=[], help="a --redo run to merge in"
+    )
     args = p.parse_args(argv)
     results = json.loads((args.results or latest()).read_text())
+    for path in args.supplement:
+        results = merge(results, json.loads(path.read_text()))
     update_document(render(results), args.document)
     if not args.no_chart:
         chart(results, args.chart)

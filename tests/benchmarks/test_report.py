@@ -107,3 +107,26 @@ def test_chart(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the chart needs the bench extra")
     path = report.chart(_results(), tmp_path / "chart.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_supplement_replaces_the_same_measurements_and_says_so() -> None:
+    full = _results()
+    full["missing"].append("cronlock queue: not measured")
+    redo = _entry("drain", "cronlock", "strict", ["--n", "10000"], jobs_per_s=900, seconds=11)
+    supplement = {
+        "meta": {
+            "command": "python -m benchmarks.run --redo cronlock:strict:10000",
+            "started_at": "2026-01-01T01:00:00+00:00",
+            "load_at_start": [0.3, 0.3, 0.3],
+            "cronlock_source": {"commit": "abcdef1234567 subject", "uncommitted_changes": False},
+        },
+        "drain": [redo],
+    }
+    merged = report.merge(full, supplement)
+    strict = [e for e in merged["drain"] if (e["system"], e["label"]) == ("cronlock", "strict")]
+    assert strict == [redo]
+    assert len(merged["drain"]) == len(full["drain"])
+    assert merged["missing"] == ["oban: not installed"]
+    text = report.render(merged)
+    assert "Supplement: `python -m benchmarks.run --redo cronlock:strict:10000`" in text
+    assert "cronlock commit abcdef1234 (subject)" in text
