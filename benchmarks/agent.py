@@ -58,6 +58,11 @@ async def _drain(system: QueueSystem, n: int) -> dict[str, Any]:
         "wall_jobs_per_s": n / wall_s,
         "enqueue_bulk_s": enqueue_s,
         **({"p95_ms": window.p95_ms} if window.p95_ms is not None else {}),
+        **(
+            {"reported_p95_ms": system.reported_p95_ms}
+            if system.reported_p95_ms is not None
+            else {}
+        ),
     }
 
 

@@ -44,6 +44,9 @@ class QueueSystem(abc.ABC):
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self.url = url
         self.options = options
+        # The p95 per-job latency the system itself reported for its last drain, if it keeps
+        # one (cronlock's drainer does; it has no claim timestamp in the database).
+        self.reported_p95_ms: float | None = None
 
     @abc.abstractmethod
     async def install(self) -> None:
