@@ -94,13 +94,15 @@ def test_render_and_update_document(tmp_path: Path) -> None:
     assert "| 10,000 | 12.0 (12.0..24.0) | 800 (800..1,600) | 2.00 (2.00..4.00) |" in text
     assert "- oban: not installed" in text
     document = tmp_path / "BENCHMARKS.md"
-    document.write_text(f"# Title\n\nprose\n\n{report.BEGIN}\nold\n{report.END}\n\nmore prose\n")
+    document.write_text(
+        f"# Title\n\nprose\n\n{report.BEGIN}\nOLD-PART\n{report.END}\n\nmore prose\n"
+    )
     report.update_document(text, document)
     report.update_document(text, document)
     written = document.read_text()
     assert written.startswith("# Title\n\nprose\n\n")
     assert written.endswith("\n\nmore prose\n")
-    assert "old" not in written and written.count(report.BEGIN) == 1
+    assert "OLD-PART" not in written and written.count(report.BEGIN) == 1
 
 
 def test_chart(tmp_path: Path) -> None:
