@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from cli import ROOT, run_cli
-from sqlalchemy import func, select, text
+from itemsupport import count, create_scratch
+from sqlalchemy import text
 from testapps import items
 
 from cronlock import Database
@@ -16,20 +17,10 @@ from cronlock.tables import runs
 RUN_KEYS = {"task", "status", "slot", "items_ok", "items_failed", "failures", "duration_ms"}
 
 
-async def _runs_count(database: Database) -> int:
-    async with database.connect() as conn:
-        return int((await conn.execute(select(func.count()).select_from(runs))).scalar_one())
-
-
-async def _create_scratch(database: Database) -> None:
-    async with database.engine.begin() as conn:
-        await conn.run_sync(items.scratch.create_all)
-
-
 async def test_partial_run_exit_3_with_one_json_object(
     database: Database, database_url: str
 ) -> None:
-    await _create_scratch(database)
+    await create_scratch(database)
     # --manual: these tests run a task now, at whatever time it is, not at one of its slots.
     done = run_cli(
         "--app", "testapps.items", "run", "thousand", "--manual", "--json",
@@ -49,7 +40,7 @@ async def test_partial_run_exit_3_with_one_json_object(
 
 
 async def test_failed_run_exit_1(database: Database, database_url: str) -> None:
-    await _create_scratch(database)
+    await create_scratch(database)
     done = run_cli(
         "--app", "testapps.items", "run", "explode", "--manual", "--json",
         database_url=database_url,
@@ -61,7 +52,7 @@ async def test_failed_run_exit_1(database: Database, database_url: str) -> None:
 
 
 async def test_skipped_run_exit_0_or_the_chosen_code(database: Database, database_url: str) -> None:
-    await _create_scratch(database)
+    await create_scratch(database)
     task = items.app.task("thousand")
     async with database.connect() as holder:
         await holder.execute(
@@ -118,7 +109,7 @@ async def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert len(lines) == 1, done.stderr
     assert message in lines[0]
     assert done.stdout == ""
-    assert await _runs_count(database) == 0
+    assert await count(database, runs) == 0
 
 
 def test_unreachable_database_is_one_line_exit_2() -> None:
@@ -186,7 +177,7 @@ def test_crontab_example_is_the_output_for_tasks() -> None:
 
 
 async def test_status_json_lists_last_runs(database: Database, database_url: str) -> None:
-    await _create_scratch(database)
+    await create_scratch(database)
     run_cli("--app", "testapps.items", "run", "explode", "--manual", database_url=database_url)
     done = run_cli("--app", "testapps.items", "status", "--json", database_url=database_url)
     assert done.returncode == 0, done.stderr

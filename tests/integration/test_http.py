@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from itemsupport import count, items_app
+from jobsupport import job_app
 from testapps import jobs as jobsapp
 
 from cronlock import App, Database
@@ -20,22 +21,13 @@ TOKEN = "s3cret-token"
 
 @pytest.fixture
 async def client(database: Database) -> AsyncIterator[httpx.AsyncClient]:
-    async with database.engine.begin() as conn:
-        await conn.run_sync(jobsapp.scratch.create_all)
-    app = jobsapp.app
-    app.use_database(str(database.url))
-    transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
-    async with httpx.AsyncClient(transport=transport, base_url="http://cronlock") as http:
-        yield http
-    await app.aclose()
+    async with job_app(database) as app:
+        transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
+        async with httpx.AsyncClient(transport=transport, base_url="http://cronlock") as http:
+            yield http
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-async def _jobs_count(database: Database) -> int:
-    async with database.connect() as conn:
-        return int((await conn.execute(select(func.count()).select_from(jobs))).scalar_one())
 
 
 async def test_enqueue_drain_read_back(client: httpx.AsyncClient, database: Database) -> None:
@@ -114,7 +106,7 @@ async def test_bad_requests_write_nothing(
     answer = await client.post("/jobs", json=request_body, headers=AUTH)
     assert answer.status_code == status, answer.text
     assert message in answer.json()["detail"]
-    assert await _jobs_count(database) == 0
+    assert await count(database, jobs) == 0
 
 
 async def test_oversized_and_malformed_bodies(
@@ -127,7 +119,7 @@ async def test_oversized_and_malformed_bodies(
     )
     assert broken.status_code == 422
     assert "JSON" in broken.json()["detail"]
-    assert await _jobs_count(database) == 0
+    assert await count(database, jobs) == 0
 
 
 @pytest.mark.parametrize(
@@ -141,7 +133,7 @@ async def test_writes_need_the_token(
     assert answer.status_code == 401
     assert answer.headers["www-authenticate"] == "Bearer"
     assert answer.json()["detail"] == "a valid bearer token is required"
-    assert await _jobs_count(database) == 0
+    assert await count(database, jobs) == 0
 
 
 async def test_job_ids_are_checked(client: httpx.AsyncClient) -> None:
@@ -152,13 +144,7 @@ async def test_job_ids_are_checked(client: httpx.AsyncClient) -> None:
 
 
 async def test_runs_and_health(database: Database) -> None:
-    from testapps import items
-
-    async with database.engine.begin() as conn:
-        await conn.run_sync(items.scratch.create_all)
-    app: App = items.app
-    app.use_database(str(database.url))
-    try:
+    async with items_app(database) as app:
         await app.run("explode", manual=True)
         await app.run("thousand", manual=True)
         transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
@@ -166,8 +152,6 @@ async def test_runs_and_health(database: Database) -> None:
             runs = (await http.get("/runs")).json()
             only = (await http.get("/runs", params={"task": "explode"})).json()
             health = await http.get("/healthz")
-    finally:
-        await app.aclose()
     assert [r["task"] for r in runs] == ["thousand", "explode"]
     assert [r["status"] for r in only] == ["failed"]
     assert only[0]["error"] == "RuntimeError: the body blew up"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import httpx
+from itemsupport import items_app
+from jobsupport import job_app
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
-from testapps import items
-from testapps import jobs as jobsapp
 
 from cronlock import Database
 from cronlock.http import create_api
@@ -24,12 +24,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 async def test_metrics_match_the_tables(database: Database) -> None:
-    async with database.engine.begin() as conn:
-        await conn.run_sync(jobsapp.scratch.create_all)
-        await conn.run_sync(items.scratch.create_all)
-    app = jobsapp.app
-    app.use_database(str(database.url))
-    try:
+    async with job_app(database) as app:
         async with database.session() as session:
             await app.enqueue_many(session, "echo", [{"n": 1}, {"n": 2}, {"n": 3}])
             await app.enqueue(session, "always_fail", {})
@@ -40,12 +35,8 @@ async def test_metrics_match_the_tables(database: Database) -> None:
         for _ in range(3):  # always_fail: 3 attempts, 2 retries, then failed
             await app.drainer(clock=lambda moment=moment: moment).drain()
             moment += timedelta(hours=1)
-    finally:
-        await app.aclose()
 
-    tasks = items.app
-    tasks.use_database(str(database.url))
-    try:
+    async with items_app(database) as tasks:
         # A slot's run, 2.5 s late (thousand fires every 5 minutes).
         slot = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
         slot -= timedelta(minutes=slot.minute % 5)
@@ -55,8 +46,6 @@ async def test_metrics_match_the_tables(database: Database) -> None:
         transport = httpx.ASGITransport(app=create_api(tasks))
         async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
             answer = await http.get("/metrics")
-    finally:
-        await tasks.aclose()
 
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from cli import start_cli
-from sqlalchemy import func, select
+from itemsupport import count, create_scratch, items_app
 from testapps import items
 from waiting import eventually, wait_for
 
@@ -20,20 +20,10 @@ from cronlock.tables import runs
 PROCESSES = 8
 
 
-async def _create_scratch(database: Database) -> None:
-    async with database.engine.begin() as conn:
-        await conn.run_sync(items.scratch.create_all)
-
-
-async def _scalar(database: Database, statement: object) -> int:
-    async with database.connect() as conn:
-        return int((await conn.execute(statement)).scalar_one())  # type: ignore[call-overload]
-
-
 async def test_eight_processes_one_completes_seven_skip(
     database: Database, database_url: str
 ) -> None:
-    await _create_scratch(database)
+    await create_scratch(database)
     # The task holds its lock until its peers have recorded their skips, so all 8 overlap.
     procs = [
         start_cli(
@@ -53,15 +43,15 @@ async def test_eight_processes_one_completes_seven_skip(
 
     assert codes == [0] * PROCESSES, [err for _, err in outputs]
     assert statuses == ["completed"] + ["skipped"] * (PROCESSES - 1)
-    recorded = await _scalar(database, select(func.count()).select_from(runs))
+    recorded = await count(database, runs)
     assert recorded == PROCESSES
-    assert await _scalar(database, select(func.count()).select_from(items.processed)) == 1
+    assert await count(database, items.processed) == 1
 
 
 async def test_killed_run_leaves_no_lock_and_no_writes(
     database: Database, database_url: str, tmp_path: Path
 ) -> None:
-    await _create_scratch(database)
+    await create_scratch(database)
     marker = tmp_path / "crashing"
     proc = start_cli(
         "--app",
@@ -81,17 +71,14 @@ async def test_killed_run_leaves_no_lock_and_no_writes(
     await eventually(lambda: _no_holders(database, task), timeout=10)
 
     # Nothing of the killed run was committed: no items, no run row.
-    assert await _scalar(database, select(func.count()).select_from(items.processed)) == 0
-    assert await _scalar(database, select(func.count()).select_from(runs)) == 0
+    assert await count(database, items.processed) == 0
+    assert await count(database, runs) == 0
 
-    items.app.use_database(str(database.url))
-    try:
-        result = await items.app.run("crash")
-    finally:
-        await items.app.aclose()
+    async with items_app(database) as app:
+        result = await app.run("crash")
     assert result.status is RunStatus.COMPLETED
     assert time.monotonic() - killed_at < 5  # the next run proceeds at once
-    assert await _scalar(database, select(func.count()).select_from(items.processed)) == 5
+    assert await count(database, items.processed) == 5
 
 
 async def _no_holders(database: Database, task: object) -> bool:

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select, text
+from itemsupport import count, items_app
+from sqlalchemy import select, text
 from testapps import items
 
 from cronlock import Database, RunStatus
 from cronlock.tables import runs
-
-
-async def _create_scratch(database: Database) -> None:
-    async with database.engine.begin() as conn:
-        await conn.run_sync(items.scratch.create_all)
-
-
-async def _count(database: Database, statement: object) -> int:
-    async with database.connect() as conn:
-        return int((await conn.execute(statement)).scalar_one())  # type: ignore[call-overload]
 
 
 async def _runs(database: Database) -> list[dict[str, object]]:
@@ -28,25 +19,13 @@ async def _runs(database: Database) -> list[dict[str, object]]:
 
 
 async def test_failing_items_roll_back_alone(database: Database) -> None:
-    await _create_scratch(database)
-    app = items.app
-    app.use_database(str(database.url))
-    try:
+    async with items_app(database) as app:
         result = await app.run("thousand", manual=True)
-    finally:
-        await app.aclose()
 
     assert result.status is RunStatus.PARTIAL
     assert (result.items_ok, result.items_failed) == (990, 10)
-    committed = await _count(database, select(func.count()).select_from(items.processed))
-    assert committed == 990
-    failed_rows = await _count(
-        database,
-        select(func.count())
-        .select_from(items.processed)
-        .where(items.processed.c.item.in_(items.FAILING)),
-    )
-    assert failed_rows == 0
+    assert await count(database, items.processed) == 990
+    assert await count(database, items.processed, items.processed.c.item.in_(items.FAILING)) == 0
     [row] = await _runs(database)
     assert row["status"] == "partial"
     assert (row["items_ok"], row["items_failed"]) == (990, 10)
@@ -59,17 +38,12 @@ async def test_failing_items_roll_back_alone(database: Database) -> None:
 
 
 async def test_body_that_raises_commits_nothing(database: Database) -> None:
-    await _create_scratch(database)
-    app = items.app
-    app.use_database(str(database.url))
-    try:
+    async with items_app(database) as app:
         result = await app.run("explode", manual=True)
-    finally:
-        await app.aclose()
 
     assert result.status is RunStatus.FAILED
     assert result.error == "RuntimeError: the body blew up"
-    assert await _count(database, select(func.count()).select_from(items.processed)) == 0
+    assert await count(database, items.processed) == 0
     [row] = await _runs(database)
     assert row["status"] == "failed"
     assert row["error"] == "RuntimeError: the body blew up"
@@ -77,11 +51,8 @@ async def test_body_that_raises_commits_nothing(database: Database) -> None:
 
 
 async def test_busy_lock_skips_and_records(database: Database) -> None:
-    await _create_scratch(database)
-    app = items.app
-    app.use_database(str(database.url))
-    task = app.task("thousand")
-    try:
+    async with items_app(database) as app:
+        task = app.task("thousand")
         async with database.connect() as holder:
             await holder.execute(
                 text("SELECT pg_advisory_xact_lock(:ns, :key)"),
@@ -90,8 +61,6 @@ async def test_busy_lock_skips_and_records(database: Database) -> None:
             result = await app.run("thousand", manual=True)
             await holder.rollback()
         after = await app.run("thousand", manual=True)
-    finally:
-        await app.aclose()
 
     assert result.status is RunStatus.SKIPPED
     assert result.skip_reason == "lock_busy"
@@ -101,14 +70,9 @@ async def test_busy_lock_skips_and_records(database: Database) -> None:
 
 
 async def test_run_records_slot_host_and_pid(database: Database) -> None:
-    await _create_scratch(database)
-    app = items.app
-    app.use_database(str(database.url))
     moment = datetime(2026, 11, 29, 10, 15, 2, tzinfo=UTC)  # 2 s late, within grace
-    try:
+    async with items_app(database) as app:
         result = await app.run("thousand", now=moment)
-    finally:
-        await app.aclose()
 
     assert result.slot == datetime(2026, 11, 29, 10, 15, tzinfo=UTC)
     [row] = await _runs(database)

@@ -12,18 +12,14 @@ import json
 import asyncpg
 from cli import start_cli
 from conftest import libpq_url
+from itemsupport import count, create_scratch, items_app
 from pgbouncer import running_pgbouncer
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from testapps import items
 
 from cronlock import Database, RunStatus
 from cronlock.demo import lock_holders
 from cronlock.tables import runs
-
-
-async def _create_scratch(database: Database) -> None:
-    async with database.engine.begin() as conn:
-        await conn.run_sync(items.scratch.create_all)
 
 
 async def test_session_locks_leak_through_pgbouncer(database: Database) -> None:
@@ -37,22 +33,18 @@ async def test_session_locks_leak_through_pgbouncer(database: Database) -> None:
 
 
 async def test_runs_through_pgbouncer_leave_no_lock(database: Database) -> None:
-    await _create_scratch(database)
     with running_pgbouncer(database.url, pool_size=1) as bouncer:
-        app = items.app
-        app.use_database(bouncer.render_as_string(hide_password=False), pgbouncer=True)
-        try:
+        through = bouncer.render_as_string(hide_password=False)
+        async with items_app(database, through, pgbouncer=True) as app:
             first = await app.run("thousand", manual=True)
             second = await app.run("thousand", manual=True)
-        finally:
-            await app.aclose()
     assert first.status is RunStatus.PARTIAL
     assert second.status is RunStatus.PARTIAL  # not skipped: the first left no lock behind
     assert await lock_holders(database, items.app.task("thousand")) == []
 
 
 async def test_overlapping_processes_through_pgbouncer(database: Database) -> None:
-    await _create_scratch(database)
+    await create_scratch(database)
     peers = 4
     with running_pgbouncer(database.url, pool_size=2) as bouncer:
         procs = [
@@ -71,9 +63,7 @@ async def test_overlapping_processes_through_pgbouncer(database: Database) -> No
         outputs = [proc.communicate(timeout=120) for proc in procs]
     statuses = sorted(json.loads(out)["status"] for out, _ in outputs)
     assert statuses == ["completed"] + ["skipped"] * (peers - 1), [e for _, e in outputs]
-    async with database.connect() as conn:
-        recorded = (await conn.execute(select(func.count()).select_from(runs))).scalar_one()
-    assert recorded == peers
+    assert await count(database, runs) == peers
 
 
 async def test_drains_through_pgbouncer_and_leave_no_lock(database: Database) -> None:
