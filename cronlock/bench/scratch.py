@@ -1,0 +1,82 @@
+"""The bench's scratch schema: created fresh, migrated, and dropped whatever happens.
+
+Its name is ``cronlock_bench_<random hex>``; its queue name is unique too, because advisory
+locks are per database, not per schema: a drainer of the user's own ``default`` queue and the
+bench's drainers never wait for each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from sqlalchemy.exc import DBAPIError
+
+from .. import queries, schema
+from ..app import App
+from ..database import Database
+from ..errors import DatabaseUnavailable
+from .app import make_app
+
+__all__ = ["Scratch", "scratch_schema"]
+
+PREFIX = "cronlock_bench_"
+logger = logging.getLogger("cronlock.bench")
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """Where the bench works: its schema and queue, and an app with the no-op job on them."""
+
+    url: str
+    schema: str
+    queue: str
+    app: App
+
+    @property
+    def database(self) -> Database:
+        return self.app.database
+
+    def fresh_app(self) -> App:
+        """Another app on the same schema, with its own engine (a second client)."""
+        app = make_app()
+        app.use_database(self.url, schema=self.schema)
+        return app
+
+
+@contextlib.asynccontextmanager
+async def scratch_schema(url: str) -> AsyncIterator[Scratch]:
+    """Create and migrate a fresh schema, yield it, and drop it (also on error or Ctrl-C)."""
+    token = secrets.token_hex(6)
+    name = PREFIX + token
+    app = make_app()
+    database = app.use_database(url, schema=name)
+    try:
+        async with database.engine.begin() as conn:
+            await conn.execute(queries.bench_schema_create(name))
+    except (OSError, DBAPIError, TimeoutError) as exc:
+        await app.aclose()
+        raise DatabaseUnavailable(schema.describe_connection_error(database, exc)) from None
+    try:
+        await schema.upgrade(database)
+        async with database.engine.begin() as conn:
+            await conn.execute(queries.BENCH_ITEMS_CREATE)
+        yield Scratch(url=url, schema=name, queue="cronlock-bench-" + token, app=app)
+    finally:
+        await app.aclose()
+        await drop(url, name)
+
+
+async def drop(url: str, name: str) -> None:
+    database = Database(url, schema=name)
+    try:
+        async with database.engine.begin() as conn:
+            await conn.execute(queries.bench_schema_drop(name))
+    except (OSError, DBAPIError) as exc:
+        logger.error("could not drop the scratch schema %s: %s (drop it by hand)", name, exc)
+        raise
+    finally:
+        await database.dispose()
