@@ -6,6 +6,7 @@ Both write to stderr, so ``--json`` keeps stdout to its one JSON object.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import click
@@ -14,7 +15,8 @@ __all__ = ["Bar", "Lines", "Progress", "Silent"]
 
 
 class Progress(Protocol):
-    def start(self, steps: int) -> None: ...
+    def start(self, weights: Sequence[int]) -> None:
+        """The steps to come, each with its expected share of the time."""
 
     def begin(self, label: str) -> None:
         """A step starts."""
@@ -29,7 +31,7 @@ class Progress(Protocol):
 
 
 class Silent:
-    def start(self, steps: int) -> None:
+    def start(self, weights: Sequence[int]) -> None:
         pass
 
     def begin(self, label: str) -> None:
@@ -52,8 +54,8 @@ class Lines:
         self._steps = 0
         self._done = 0
 
-    def start(self, steps: int) -> None:
-        self._steps = steps
+    def start(self, weights: Sequence[int]) -> None:
+        self._steps = len(weights)
 
     def begin(self, label: str) -> None:
         click.echo(f"cronlock bench: [{self._done + 1}/{self._steps}] {label}", err=True)
@@ -78,10 +80,12 @@ class Bar:
     def __init__(self) -> None:
         self._bar: Any = None
         self._label = ""
+        self._weights: list[int] = []
 
-    def start(self, steps: int) -> None:
+    def start(self, weights: Sequence[int]) -> None:
+        self._weights = list(weights)
         self._bar = click.progressbar(
-            length=steps,
+            length=max(sum(weights), 1),
             label="cronlock bench",
             file=sys.stderr,
             show_eta=False,
@@ -91,13 +95,18 @@ class Bar:
 
     def begin(self, label: str) -> None:
         self._label = label
-        self._bar.update(0, label)
+        self._show(label)
 
     def note(self, text: str) -> None:
-        self._bar.update(0, f"{self._label}: {text}")
+        self._show(f"{self._label}: {text}")
+
+    def _show(self, item: str) -> None:
+        # update(0, …) does not redraw (below update_min_steps): set the item and redraw.
+        self._bar.current_item = item
+        self._bar.render_progress()
 
     def end(self) -> None:
-        self._bar.update(1, self._label)
+        self._bar.update(self._weights.pop(0), self._label)
 
     def finish(self) -> None:
         if self._bar is not None:

@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .. import queries
 from ..database import Database
+from ..drainer import CommitMode
 from .drain import measure_drain
 from .enqueue import measure_enqueue
 from .latency import measure_latency
@@ -44,6 +45,7 @@ class Step:
     section: str
     label: str
     run: Callable[[Scratch, Progress], Awaitable[dict[str, Any]]]
+    weight: float  # roughly the seconds it takes, for the progress bar
 
 
 def plan(options: BenchOptions) -> list[Step]:
@@ -54,27 +56,30 @@ def plan(options: BenchOptions) -> list[Step]:
             bulk, single = options.enqueue_bulk, options.enqueue_single
             label = f"enqueue {bulk:,} in bulk, {single:,} one at a time"
             run = partial(measure_enqueue, bulk=bulk, single=single)
-            steps.append(Step("enqueue", label + suffix, run))
+            steps.append(Step("enqueue", label + suffix, run, bulk / 20_000 + single / 800))
         if options.runs("drain"):
             for n in options.sizes:
                 for mode in options.modes:
                     label = f"drain {n:,} jobs, {mode.value}"
                     run = partial(measure_drain, n=n, mode=mode, batch_size=options.batch_size)
-                    steps.append(Step("drain", label + suffix, run))
-        rate, seconds = options.latency_rate, options.latency_seconds
+                    rate = 800 if mode is CommitMode.STRICT else 8_000
+                    steps.append(Step("drain", label + suffix, run, 0.5 + n / rate))
+        latency_rate, seconds = options.latency_rate, options.latency_seconds
         if options.runs("latency"):
-            label = f"latency at {rate:g} jobs/s for {seconds:g} s"
-            run = partial(measure_latency, rate=rate, seconds=seconds)
-            steps.append(Step("latency", label + suffix, run))
+            label = f"latency at {latency_rate:g} jobs/s for {seconds:g} s"
+            run = partial(measure_latency, rate=latency_rate, seconds=seconds)
+            steps.append(Step("latency", label + suffix, run, 3 + seconds))
         if options.runs("periodic"):
             label = f"periodic run over {options.items:,} items"
             run = partial(measure_periodic, items=options.items)
-            steps.append(Step("periodic", label + suffix, run))
+            steps.append(Step("periodic", label + suffix, run, 0.5 + options.items / 1_500))
         if options.runs("recovery"):
             kills = options.recovery_kills
-            label = f"recovery, {kills} SIGKILL{'s' if kills > 1 else ''} at {rate:g} jobs/s"
-            run = partial(measure_recovery, kills=kills, rate=rate)
-            steps.append(Step("recovery", label + suffix, run))
+            label = (
+                f"recovery, {kills} SIGKILL{'s' if kills > 1 else ''} at {latency_rate:g} jobs/s"
+            )
+            run = partial(measure_recovery, kills=kills, rate=latency_rate)
+            steps.append(Step("recovery", label + suffix, run, 2 + 3 * kills))
     return steps
 
 
@@ -112,7 +117,7 @@ async def run_bench(url: str, options: BenchOptions, progress: Progress) -> dict
     try:
         async with scratch_schema(url) as scratch:
             about = await environment(scratch)
-            progress.start(len(steps))
+            progress.start([max(round(10 * step.weight), 1) for step in steps])
             for step in steps:
                 current = step.section
                 progress.begin(step.label)
