@@ -773,7 +773,7 @@ def serve(options: Options, host: str, port: int) -> None:
 
 
 @cli.command()
-@click.option("--quick", is_flag=True, help="Small sizes and a short latency run (~1 min).")
+@click.option("--quick", is_flag=True, help="Small sizes and a short latency run (about 15 s).")
 @click.option(
     "--sizes",
     metavar="N,N,…",
@@ -813,7 +813,9 @@ def serve(options: Options, host: str, port: int) -> None:
     metavar="SECTION,…",
     help="Sections to run: enqueue,drain,latency,periodic,recovery [default: all].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the table is not).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object on stdout instead of the table."
+)
 @click.option("--fail-at", hidden=True, help="Fail this section (tests of the cleanup).")
 @pass_options
 def bench(
@@ -840,7 +842,8 @@ def bench(
     when a step fails or on Ctrl-C/SIGTERM. --app and --schema are not used.
 
     Exit codes: 0 measured, 1 a step failed (or interrupted), 2 bad option or no database.
-    The default run drains 100,000 jobs per commit mode (a few minutes); --quick is ~1 min.
+    The default run drains 100,000 jobs per commit mode (a few minutes);
+    --quick takes about 15 s.
     """
     from . import bench as benchmark
     from .bench.progress import Bar, Lines

@@ -168,7 +168,7 @@ def render(report: dict[str, Any]) -> list[str]:
             (
                 "recovery",
                 f"SIGKILL of the active worker → first job completed by the standby "
-                f"({recovery['kills']} kills)",
+                f"({recovery['kills']} kill{'s' if recovery['kills'] > 1 else ''})",
                 f"median {recovery['seconds']['median'] * 1000:.0f} ms, p95 "
                 f"{recovery['p95_s'] * 1000:.0f} ms ({each} ms)",
             )
