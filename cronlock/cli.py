@@ -839,7 +839,8 @@ def bench(
     It works in a fresh schema, cronlock_bench_<random hex>, with its own queue, and never
     touches cronlock's own schema or jobs; two `cronlock worker` processes are started for
     latency and recovery. The schema is dropped and the workers are killed at the end, also
-    when a step fails or on Ctrl-C/SIGTERM. --app and --schema are not used.
+    when a step fails or on Ctrl-C/SIGTERM. --app, --schema and --pgbouncer are not used
+    (point it at PostgreSQL itself; its user needs CREATE on the database).
 
     Exit codes: 0 measured, 1 a step failed (or interrupted), 2 bad option or no database.
     The default run drains 100,000 jobs per commit mode (a few minutes);

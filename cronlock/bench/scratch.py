@@ -59,7 +59,7 @@ async def scratch_schema(url: str) -> AsyncIterator[Scratch]:
             await conn.execute(queries.bench_schema_create(name))
     except (OSError, DBAPIError, TimeoutError) as exc:
         await app.aclose()
-        raise DatabaseUnavailable(schema.describe_connection_error(database, exc)) from None
+        raise DatabaseUnavailable(_why_not(database, exc)) from None
     try:
         await schema.upgrade(database)
         async with database.engine.begin() as conn:
@@ -68,6 +68,17 @@ async def scratch_schema(url: str) -> AsyncIterator[Scratch]:
     finally:
         await app.aclose()
         await drop(url, name)
+
+
+def _why_not(database: Database, exc: BaseException) -> str:
+    answer = getattr(exc, "orig", None)
+    if getattr(answer, "sqlstate", None) is None:  # no answer from a server
+        return schema.describe_connection_error(database, exc)
+    detail = str(answer).strip().splitlines()[0]
+    return (
+        f"cannot create a scratch schema in {database.display_url}: {detail} "
+        "(the bench needs CREATE on the database)"
+    )
 
 
 async def drop(url: str, name: str) -> None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 import signal
+import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from cli import run_cli, start_cli
 from jobsupport import job_app, job_rows
-from sqlalchemy import column, select, table
+from sqlalchemy import URL, column, select, table
 from waiting import eventually
 
 from cronlock import Database
@@ -144,6 +146,25 @@ def test_unreachable_database_is_one_line_exit_2() -> None:
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("Error: cannot connect to postgresql://nobody@127.0.0.1:1/nowhere")
+
+
+async def test_a_user_who_may_not_create_a_schema_is_told_so(
+    database: Database, pg_server: URL
+) -> None:
+    role = f"bench_noperm_{uuid.uuid4().hex[:8]}"  # roles are per server: a unique name
+    server = pg_server.set(drivername="postgresql")
+    admin = await asyncpg.connect(server.render_as_string(hide_password=False))
+    try:
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        url = server.set(username=role, database=database.url.database)
+        done = run_cli("bench", "--quick", database_url=url.render_as_string(hide_password=False))
+    finally:
+        await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        await admin.close()
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("Error: cannot create a scratch schema in ")
+    assert line.endswith("(the bench needs CREATE on the database)")
 
 
 async def test_a_failing_step_exits_1_and_drops_the_schema(
