@@ -31,7 +31,7 @@ from .periodic import measure_periodic
 from .progress import Progress
 from .recovery import measure_recovery
 from .report import summarise
-from .scratch import Scratch, scratch_schema
+from .scratch import Scratch, one_line, scratch_schema
 
 __all__ = ["BenchFailed", "run_bench"]
 
@@ -132,8 +132,9 @@ async def run_bench(url: str, options: BenchOptions, progress: Progress) -> dict
     except (RuntimeError, TimeoutError, OSError, DBAPIError) as exc:
         if current == "setup":
             raise  # no database, or not one the bench may use: a usage error
+        message = one_line(exc) if isinstance(exc, DBAPIError | OSError) else str(exc)
         raise BenchFailed(
-            f"the {current} step failed: {exc}; the scratch schema was dropped"
+            f"the {current} step failed: {message}; the scratch schema was dropped"
         ) from None
     finally:
         progress.finish()

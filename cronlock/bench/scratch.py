@@ -8,7 +8,6 @@ bench's drainers never wait for each other.
 from __future__ import annotations
 
 import contextlib
-import logging
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,10 +20,9 @@ from ..database import Database
 from ..errors import DatabaseUnavailable
 from .app import make_app
 
-__all__ = ["Scratch", "scratch_schema"]
+__all__ = ["Scratch", "one_line", "scratch_schema"]
 
 PREFIX = "cronlock_bench_"
-logger = logging.getLogger("cronlock.bench")
 
 
 @dataclass(frozen=True)
@@ -70,6 +68,13 @@ async def scratch_schema(url: str) -> AsyncIterator[Scratch]:
         await drop(url, name)
 
 
+def one_line(exc: BaseException) -> str:
+    """The first line of what the driver (or the exception) said."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0]}" if text else type(cause).__name__
+
+
 def _why_not(database: Database, exc: BaseException) -> str:
     answer = getattr(exc, "orig", None)
     if getattr(answer, "sqlstate", None) is None:  # no answer from a server
@@ -86,8 +91,10 @@ async def drop(url: str, name: str) -> None:
     try:
         async with database.engine.begin() as conn:
             await conn.execute(queries.bench_schema_drop(name))
-    except (OSError, DBAPIError) as exc:
-        logger.error("could not drop the scratch schema %s: %s (drop it by hand)", name, exc)
-        raise
+    except (OSError, DBAPIError, TimeoutError) as exc:
+        raise DatabaseUnavailable(
+            f"could not drop the scratch schema {name} ({one_line(exc)}): "
+            f"drop it by hand with DROP SCHEMA {name} CASCADE"
+        ) from None
     finally:
         await database.dispose()
