@@ -117,10 +117,13 @@ def plan_for(args: argparse.Namespace) -> Plan:
 class Runner:
     """Runs agents, one scratch database each, and collects their JSON."""
 
-    def __init__(self, server: str, py312: Path | None, log: bool = True) -> None:
+    def __init__(
+        self, server: str, py312: Path | None, log: bool = True, prefix: str = "bench"
+    ) -> None:
         self.server = server
         self.py312 = py312
         self.log = log
+        self.prefix = prefix  # of the scratch databases' names
 
     def interpreter(self, system: str) -> str:
         if system == "oban":
@@ -134,7 +137,7 @@ class Runner:
 
     async def agent(self, workload: str, variant: Variant, *extra: str) -> dict[str, Any]:
         """One run of ``workload`` on a fresh scratch database."""
-        async with scratch_database(self.server) as url:
+        async with scratch_database(self.server, self.prefix) as url:
             argv = [
                 self.interpreter(variant.system),
                 "-m",
@@ -161,6 +164,7 @@ class Runner:
                 raise RuntimeError(f"{workload} {variant.key} failed: {' | '.join(tail)}")
             result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
             result["load1_before"] = load_before
+            result["database"] = url.rsplit("/", 1)[-1]  # dropped by now; names the run
             return result
 
     async def repeat(

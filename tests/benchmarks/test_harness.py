@@ -8,6 +8,7 @@ the savepoint loops update every item once, and that each scratch database is dr
 from __future__ import annotations
 
 import json
+import uuid
 
 import asyncpg
 import pytest
@@ -121,25 +122,28 @@ def test_every_system_is_registered() -> None:
 async def test_runner_uses_and_drops_a_scratch_database(pg_server: URL) -> None:
     server = pg_server.set(drivername="postgresql").render_as_string(hide_password=False)
 
+    # A prefix of its own: other runs on the same server make and drop bench_* databases.
+    prefix = "benchtest" + uuid.uuid4().hex[:8]
+
     async def scratch_count() -> int:
         conn = await asyncpg.connect(server)
         try:
             return int(
                 await conn.fetchval(
-                    "SELECT count(*) FROM pg_database WHERE datname LIKE 'bench\\_%'"
+                    "SELECT count(*) FROM pg_database WHERE starts_with(datname, $1)", prefix
                 )
             )
         finally:
             await conn.close()
 
-    before = await scratch_count()
-    runner = Runner(server, py312=None, log=False)
+    runner = Runner(server, py312=None, log=False, prefix=prefix)
     entry = await runner.repeat("drain", Variant("raw", "batch", {"mode": "batch"}), 2, "--n", "15")
     assert entry["errors"] == []
     assert len(entry["runs"]) == 2
     assert entry["summary"]["jobs_per_s"]["runs"] == 2
     assert {run["n"] for run in entry["runs"]} == {15}
+    assert all(run["database"].startswith(prefix + "_") for run in entry["runs"])
     failed = await runner.repeat("drain", Variant("raw", "bad", {"mode": "nonsense"}), 1)
     assert failed["runs"] == [] and "unknown raw mode" in failed["errors"][0]
     json.dumps(entry)  # what the results file will hold
-    assert await scratch_count() == before  # each run dropped its scratch database
+    assert await scratch_count() == 0  # each run dropped its scratch database
