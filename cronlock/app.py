@@ -233,7 +233,7 @@ class App:
 
     async def enqueue(
         self,
-        executor: AsyncSession | AsyncConnection,
+        executor: AsyncSession | AsyncConnection | Database,
         job_type: str,
         payload: Any = None,
         *,
@@ -246,6 +246,9 @@ class App:
     ) -> Enqueued:
         """Add a job in the caller's transaction (``executor``); the caller commits.
 
+        Given a ``Database`` (``app.database``) instead, the job is committed on its own before
+        this returns: one round trip for a job without a dedup key, the fast way to enqueue
+        jobs one at a time when no transaction of the caller's needs to include them.
         Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
         nothing is added and the answer carries that job's id with ``created=False``.
         """
@@ -264,7 +267,7 @@ class App:
 
     async def enqueue_many(
         self,
-        executor: AsyncSession | AsyncConnection,
+        executor: AsyncSession | AsyncConnection | Database,
         job_type: str,
         payloads: Sequence[Any],
         *,
@@ -275,7 +278,10 @@ class App:
         queue: str | None = None,
         dedup_keys: Sequence[str | None] | None = None,
     ) -> list[Enqueued]:
-        """Add one job per payload with one statement, in the caller's transaction."""
+        """Add one job per payload with one statement, in the caller's transaction.
+
+        Given a ``Database`` instead, the jobs are committed together before this returns.
+        """
         return await enqueue_many(
             executor,
             self._handlers,

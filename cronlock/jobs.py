@@ -15,6 +15,7 @@ failed attempt. ``outcome_of_failure`` is the rule in one pure function.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 import random
@@ -25,8 +26,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.util import greenlet_spawn
 
 from . import queries
+from .database import Database
 from .errors import InvalidJobOption, InvalidPayload, UnknownJobType
 from .tables import SCHEMA
 
@@ -290,7 +294,7 @@ def handler_for(handlers: Mapping[str, Handler], job_type: str) -> Handler:
 
 
 async def enqueue_many(
-    executor: AsyncSession | AsyncConnection,
+    executor: AsyncSession | AsyncConnection | Database,
     handlers: Mapping[str, Handler],
     job_type: str,
     payloads: Sequence[Any],
@@ -303,9 +307,11 @@ async def enqueue_many(
     queue: str | None = None,
     dedup_keys: Sequence[str | None] | None = None,
 ) -> list[Enqueued]:
-    """Enqueue one job per payload in the caller's transaction; nothing is written on bad input.
+    """Enqueue one job per payload; nothing is written on bad input.
 
-    The caller commits (or rolls back) as with any of its own writes.
+    In the caller's transaction (an ``AsyncSession`` or ``AsyncConnection``): the caller commits
+    (or rolls back) as with any of its own writes. Given a ``Database`` instead, the jobs are
+    committed on their own before this returns (``_on_own_connection``), in its schema.
     """
     handler = handler_for(handlers, job_type)
     options = _options(
@@ -328,8 +334,6 @@ async def enqueue_many(
                 raise InvalidJobOption(f"a dedup key is a non-empty string, not {key!r}")
     if not texts:
         return []
-    # The caller's engine may not translate cronlock's schema: say which one at execution.
-    translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
     common = {
         "job_type": job_type,
         "queue": options.queue,
@@ -338,6 +342,25 @@ async def enqueue_many(
         "delay": options.delay,
         "max_retries": options.max_retries,
     }
+    if isinstance(executor, Database):
+        return await _on_own_connection(executor, texts, keys, common)
+    # The caller's engine may not translate cronlock's schema: say which one at execution.
+    translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
+
+    async def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+        result = await executor.execute(statement, params, execution_options=translate)
+        rows: Sequence[Sequence[Any]] = result.all()
+        return rows
+
+    return await _insert(run, texts, keys, common)
+
+
+_Run: TypeAlias = Callable[[Executable, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
+
+
+async def _insert(
+    run: _Run, texts: list[str], keys: list[str | None], common: dict[str, Any]
+) -> list[Enqueued]:
     answers: list[Enqueued | None] = [None] * len(texts)
     todo = list(range(len(texts)))
     # A waiting job that held a key can finish between the insert and the look-up, freeing
@@ -350,10 +373,7 @@ async def enqueue_many(
             "payloads": [texts[i] for i in todo],
             "dedup_keys": [keys[i] for i in todo],
         }
-        result = await executor.execute(
-            queries.JOB_INSERT_MANY, params, execution_options=translate
-        )
-        inserted = set(result.scalars().all())
+        inserted = {row[0] for row in await run(queries.JOB_INSERT_MANY, params)}
         for i, job_id in ids.items():
             if job_id in inserted:
                 answers[i] = Enqueued(job_id)
@@ -361,10 +381,8 @@ async def enqueue_many(
         if not todo:
             break
         taken = sorted({k for k in (keys[i] for i in todo) if k is not None})
-        result = await executor.execute(
-            queries.JOB_BY_DEDUP_KEY, {"dedup_keys": taken}, execution_options=translate
-        )
-        existing: dict[str, uuid.UUID] = {key: job_id for key, job_id in result}
+        rows = await run(queries.JOB_BY_DEDUP_KEY, {"dedup_keys": taken})
+        existing = {key: uuid.UUID(bytes=job_id.bytes) for key, job_id in rows}
         for i in todo:
             key = keys[i]
             if key is not None and key in existing:
@@ -375,3 +393,44 @@ async def enqueue_many(
     if todo:
         raise InvalidJobOption("dedup keys kept changing hands during the enqueue: enqueue again")
     return [answer for answer in answers if answer is not None]
+
+
+@functools.cache
+def _compiled(statement: Executable, schema: str) -> queries.AsyncpgStatement:
+    assert isinstance(statement, ClauseElement)
+    return queries.AsyncpgStatement.of(statement, schema)
+
+
+async def _on_own_connection(
+    database: Database, texts: list[str], keys: list[str | None], common: dict[str, Any]
+) -> list[Enqueued]:
+    """Enqueue on a pooled connection of ``database`` and commit: the fast path for one job.
+
+    It skips SQLAlchemy's execution machinery (the statements are compiled once per schema
+    and asyncpg keeps them prepared per connection) and, for jobs without a dedup key, sends
+    the INSERT alone: one statement is its own transaction, one round trip instead of
+    BEGIN/INSERT/COMMIT. Dedup keys may take more than one statement, so those run in one
+    explicit transaction; behind PgBouncer (transaction mode) every enqueue does, since only
+    a transaction keeps asyncpg's prepare and execute on one server connection.
+    """
+
+    single = not database.pgbouncer and all(key is None for key in keys)
+    pooled = await database.engine.raw_connection()
+    driver: Any = pooled.driver_connection
+
+    async def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+        compiled = _compiled(statement, database.schema)
+        rows: Sequence[Sequence[Any]] = await driver.fetch(compiled.sql, *compiled.args(**params))
+        return rows
+
+    try:
+        if single:
+            return await _insert(run, texts, keys, common)
+        async with driver.transaction():
+            return await _insert(run, texts, keys, common)
+    except BaseException:
+        # Cancelled or cut mid-statement, the connection's state is unknown: not back to the pool.
+        await greenlet_spawn(pooled.invalidate)
+        raise
+    finally:
+        await greenlet_spawn(pooled.close)
