@@ -157,23 +157,21 @@ def create_router(app: App, *, token: str | None = None) -> APIRouter:
         summary="Enqueue a job",
     )
     async def enqueue(body: EnqueueRequest) -> Response:
-        async with app.database.session() as session:
-            try:
-                answer = await app.enqueue(
-                    session,
-                    body.job_type,
-                    body.payload,
-                    max_retries=body.max_retries,
-                    delay=body.delay,
-                    run_at=body.run_at,
-                    priority=body.priority,
-                    queue=body.queue,
-                    dedup_key=body.dedup_key,
-                )
-            except CronlockError as exc:
-                await session.rollback()
-                raise HTTPException(422, str(exc)) from None
-            await session.commit()
+        # Committed on its own (one INSERT without a dedup key); bad input writes nothing.
+        try:
+            answer = await app.enqueue(
+                app.database,
+                body.job_type,
+                body.payload,
+                max_retries=body.max_retries,
+                delay=body.delay,
+                run_at=body.run_at,
+                priority=body.priority,
+                queue=body.queue,
+                dedup_key=body.dedup_key,
+            )
+        except CronlockError as exc:
+            raise HTTPException(422, str(exc)) from None
         if answer.created:
             view = EnqueueResponse(id=answer.id, created=True, detail="enqueued")
             return JSONResponse(view.model_dump(mode="json"), status_code=201)
