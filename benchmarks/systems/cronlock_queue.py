@@ -2,8 +2,11 @@
 
 Written against the queue's API (``App.job``, ``App.enqueue``/``enqueue_many`` in the
 caller's transaction, ``App.drainer(commit_mode=, batch_size=, concurrency=)`` with
-``drain()``/``work()``/``stop()``). Until the queue is on the installed cronlock, every method
-raises ``Unsupported`` and the harness records the queue's figures as missing.
+``drain()``/``work()``/``stop()``). One job at a time is enqueued the way the peers do it,
+committed on its own: ``App.enqueue(app.database, …)`` (one INSERT on a pooled connection);
+``benchmarks.enqueue_one`` measures it beside the caller's-transaction path. Until the queue
+is on the installed cronlock, every method raises ``Unsupported`` and the harness records the
+queue's figures as missing.
 
 Timestamps: the drainer writes ``started_at`` and ``completed_at`` from the worker's clock
 (same host as the database here), in the transaction that completes the job. It commits no
@@ -88,8 +91,7 @@ class CronlockQueue(QueueSystem):
             await self.app.enqueue_many(conn, JOB_TYPE, [{}] * n)
 
     async def enqueue_one(self) -> object:
-        async with self.database.engine.begin() as conn:
-            enqueued = await self.app.enqueue(conn, JOB_TYPE, {})
+        enqueued = await self.app.enqueue(self.database, JOB_TYPE, {})
         return enqueued.id
 
     async def drain(self) -> None:
