@@ -4,6 +4,8 @@ A job is a row of ``jobs``; a handler is the coroutine registered for its ``job_
 Enqueueing validates everything before writing (a registered type, a JSON payload, options in
 range) and then writes with one statement in the transaction the caller gives, so the job
 commits or rolls back with the caller's own work; many jobs take the same single statement.
+Given the ``Database`` instead of a transaction, the statement is sent alone on a pooled
+connection and commits by itself: one round trip per job, the fast path for one at a time.
 A dedup key makes a second *waiting* job with that key a no-op that returns the first one's id
 (a partial unique index enforces it, so it holds under concurrent enqueues).
 
