@@ -581,7 +581,9 @@ def merge(results: dict[str, Any], supplement: dict[str, Any]) -> dict[str, Any]
 
 
 def latest() -> Path:
-    files = sorted(p for p in RESULTS.glob("*.json") if "supplement" not in p.name)
+    # The harness's runs are named by their start time; the standalone checks' files
+    # (enqueue-one-*, claim-plan-*, drain-memory-*) are not runs of the harness.
+    files = sorted(p for p in RESULTS.glob("[0-9]*.json") if "supplement" not in p.name)
     if not files:
         raise SystemExit(f"no results in {RESULTS}: run python -m benchmarks.run first")
     return files[-1]
