@@ -136,7 +136,7 @@ def render(report: dict[str, Any]) -> list[str]:
         rows.append(
             (
                 "enqueue",
-                f"one at a time, {single['jobs']:,} transactions",
+                f"one at a time, {single['jobs']:,} jobs each committed on its own",
                 _figure(single["jobs_per_s"], ",.0f", " jobs/s"),
             )
         )
