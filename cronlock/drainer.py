@@ -150,6 +150,9 @@ class _Lane:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     raw: Any = None  # the asyncpg connection under the lane, to cut it on abort
     in_flight: int = 0
+    # A handler's session that the handler left untouched, for the next job on this lane's
+    # connection (see Drainer._attempt); None when the next job needs a fresh one.
+    session: AsyncSession | None = None
 
 
 class Drainer:
@@ -198,6 +201,8 @@ class Drainer:
         self._lanes_db: Database | None = None
         self._claim = self._statement(queries.JOB_CLAIM)
         self._finish = self._statement(queries.JOB_FINISH_MANY)
+        self._complete_one = self._statement(queries.JOB_COMPLETE_ONE)
+        self._complete_many = self._statement(queries.JOB_COMPLETE_MANY)
         self._next_due = self._statement(queries.JOB_NEXT_DUE)
 
     # -- control (signal handlers call these) ---------------------------------------------
@@ -448,6 +453,7 @@ class Drainer:
             async with self._engine_or_create().connect() as conn:
                 raw: Any = (await conn.get_raw_connection()).driver_connection
                 lane.raw = raw
+                lane.session = None  # a session is bound to one connection
                 try:
                     await self._lane_batches(conn, raw, lane, until_empty=until_empty)
                     return
@@ -514,11 +520,11 @@ class Drainer:
                     break
                 lane.in_flight = 1
                 begun.append(time.perf_counter())
-                outcome = await self._attempt(conn, job)
+                outcome = await self._attempt(conn, lane, job)
                 lane.in_flight = 0
                 outcomes.append(outcome)
             if outcomes:
-                await raw.execute(self._finish.sql, *self._finish.args(**_columns(outcomes)))
+                await self._write(raw, outcomes)
         except BaseException as exc:
             lane.in_flight = 0
             if isinstance(exc, _LostLease):
@@ -532,7 +538,25 @@ class Drainer:
         self._count(outcomes, begun)
         return len(claimed)
 
-    async def _attempt(self, conn: AsyncConnection, job: Job) -> JobOutcome:
+    async def _write(self, raw: Any, outcomes: list[JobOutcome]) -> None:
+        """Write a batch's outcomes with one statement: the narrow ones when all succeeded."""
+        if any(outcome.status is not JobStatus.COMPLETED for outcome in outcomes):
+            await raw.execute(self._finish.sql, *self._finish.args(**_columns(outcomes)))
+        elif len(outcomes) == 1:
+            (outcome,) = outcomes
+            args = self._complete_one.args(
+                id=outcome.id,
+                result=outcome.result,
+                started_at=outcome.started_at,
+                completed_at=outcome.finished_at,
+            )
+            await raw.execute(self._complete_one.sql, *args)
+        else:
+            await raw.execute(
+                self._complete_many.sql, *self._complete_many.args(**_successes(outcomes))
+            )
+
+    async def _attempt(self, conn: AsyncConnection, lane: _Lane, job: Job) -> JobOutcome:
         handler = self.handlers.get(job.job_type)
         started = self._now()
         if handler is None:
@@ -540,8 +564,12 @@ class Drainer:
                 job, f"no handler registered for job type {job.job_type!r}", started, None
             )
         # The session needs no close(): its transaction always ends here (committed or rolled
-        # back) and it is dropped with the attempt; closing costs more than a no-op job.
-        session = AsyncSession(bind=conn, expire_on_commit=False, sync_session_class=_JobSession)
+        # back) and it is dropped with the attempt; closing costs more than a no-op job. A
+        # session the previous handler left untouched is as good as new: it is reused.
+        session = lane.session or AsyncSession(
+            bind=conn, expire_on_commit=False, sync_session_class=_JobSession
+        )
+        lane.session = None
         try:
             if handler.timeout is None:
                 value = await handler.func(session, job.payload)
@@ -549,8 +577,11 @@ class Drainer:
                 async with asyncio.timeout(handler.timeout):
                     value = await handler.func(session, job.payload)
             result = None if value is None else to_json(value, "the handler's result")
-            if session.in_transaction() or session.new or session.dirty or session.deleted:
+            sync = session.sync_session
+            if sync.in_transaction() or sync.new or sync.dirty or sync.deleted:
                 await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
+            elif _untouched(sync):
+                lane.session = session
         except Exception as exc:
             error = _describe(exc, handler)
             try:
@@ -676,6 +707,29 @@ def _describe(exc: BaseException, handler: Handler) -> str:
     cause = root_cause(exc)
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
     return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+
+
+def _untouched(sync: Session) -> bool:
+    """Whether a handler's session is as a new one would be, so the next handler may have it:
+    never in a transaction (so never committed), nothing in it, nothing stashed in ``info``."""
+    return not (
+        cast(_JobSession, sync).released
+        or sync.in_transaction()
+        or sync.identity_map
+        or sync.new
+        or sync.deleted
+        or sync.info
+    )
+
+
+def _successes(outcomes: list[JobOutcome]) -> dict[str, list[Any]]:
+    """Successful outcomes as the column arrays JOB_COMPLETE_MANY unnests."""
+    return {
+        "ids": [o.id for o in outcomes],
+        "results": [o.result for o in outcomes],
+        "started_ats": [o.started_at for o in outcomes],
+        "completed_ats": [o.finished_at for o in outcomes],
+    }
 
 
 def _columns(outcomes: list[JobOutcome]) -> dict[str, list[Any]]:
