@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import asyncpg
 from sqlalchemy.exc import DBAPIError, InterfaceError
@@ -142,6 +142,22 @@ class _JobSession(Session):
 class _LostLease(Exception):
     """The lane's transaction is gone (its connection was cut or a savepoint could not be
     rolled back): nothing of it committed."""
+
+
+class _Success(NamedTuple):
+    """A job's successful attempt: lighter than its JobOutcome, which is built only when the
+    batch also holds failures and so is written with JOB_FINISH_MANY."""
+
+    job: Job
+    result: str | None
+    started: datetime
+    finished: datetime
+
+    def outcome(self) -> JobOutcome:
+        return outcome_of_success(self.job, self.result, self.started, self.finished)
+
+
+_Attempt = _Success | JobOutcome
 
 
 @dataclass
@@ -505,7 +521,7 @@ class Drainer:
         same connection: SQLAlchemy's transaction there is nested in ours, which asyncpg
         turns into a SAVEPOINT, opened only when the handler first uses the session.
         """
-        outcomes: list[JobOutcome] = []
+        outcomes: list[_Attempt] = []
         begun: list[float] = []  # when each job started, for its started -> committed latency
         transaction = raw.transaction()
         await transaction.start()
@@ -538,25 +554,27 @@ class Drainer:
         self._count(outcomes, begun)
         return len(claimed)
 
-    async def _write(self, raw: Any, outcomes: list[JobOutcome]) -> None:
+    async def _write(self, raw: Any, outcomes: list[_Attempt]) -> None:
         """Write a batch's outcomes with one statement: the narrow ones when all succeeded."""
-        if any(outcome.status is not JobStatus.COMPLETED for outcome in outcomes):
-            await raw.execute(self._finish.sql, *self._finish.args(**_columns(outcomes)))
-        elif len(outcomes) == 1:
-            (outcome,) = outcomes
+        successes = [o for o in outcomes if isinstance(o, _Success)]
+        if len(successes) < len(outcomes):
+            written = [o.outcome() if isinstance(o, _Success) else o for o in outcomes]
+            await raw.execute(self._finish.sql, *self._finish.args(**_columns(written)))
+        elif len(successes) == 1:
+            (success,) = successes
             args = self._complete_one.args(
-                id=outcome.id,
-                result=outcome.result,
-                started_at=outcome.started_at,
-                completed_at=outcome.finished_at,
+                id=success.job.id,
+                result=success.result,
+                started_at=success.started,
+                completed_at=success.finished,
             )
             await raw.execute(self._complete_one.sql, *args)
         else:
             await raw.execute(
-                self._complete_many.sql, *self._complete_many.args(**_successes(outcomes))
+                self._complete_many.sql, *self._complete_many.args(**_successes(successes))
             )
 
-    async def _attempt(self, conn: AsyncConnection, lane: _Lane, job: Job) -> JobOutcome:
+    async def _attempt(self, conn: AsyncConnection, lane: _Lane, job: Job) -> _Attempt:
         handler = self.handlers.get(job.job_type)
         started = self._now()
         if handler is None:
@@ -578,10 +596,10 @@ class Drainer:
                     value = await handler.func(session, job.payload)
             result = None if value is None else to_json(value, "the handler's result")
             sync = session.sync_session
-            if sync.in_transaction() or sync.new or sync.dirty or sync.deleted:
-                await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
-            elif _untouched(sync):
+            if _untouched(sync):
                 lane.session = session
+            elif sync.in_transaction() or sync.new or sync.dirty or sync.deleted:
+                await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
         except Exception as exc:
             error = _describe(exc, handler)
             try:
@@ -594,7 +612,7 @@ class Drainer:
                 # failed: only dropping the whole transaction keeps its writes from staying.
                 raise _LostLease(self._failed(job, error, started, handler)) from exc
             return self._failed(job, error, started, handler)
-        return outcome_of_success(job, result, started, self._now())
+        return _Success(job, result, started, self._now())
 
     def _failed(
         self, job: Job, error: str, started: datetime, handler: Handler | None
@@ -629,12 +647,17 @@ class Drainer:
             return
         self._count([outcome])
 
-    def _count(self, outcomes: list[JobOutcome], begun: list[float] | None = None) -> None:
+    def _count(self, outcomes: list[_Attempt], begun: list[float] | None = None) -> None:
         """Count committed outcomes (called after the commit): a job's latency ends when its
         completion is committed (in batch mode, with its batch)."""
         now, clock = datetime.now(UTC), time.perf_counter()
         for i, outcome in enumerate(outcomes):
-            if outcome.status is JobStatus.COMPLETED:
+            if isinstance(outcome, _Success):
+                self.stats.processed += 1
+                if begun is not None:
+                    self.stats.run_time.record(clock - begun[i])
+                self.stats.end_to_end.record((now - outcome.job.created_at).total_seconds())
+            elif outcome.status is JobStatus.COMPLETED:
                 self.stats.processed += 1
                 if begun is not None:
                     self.stats.run_time.record(clock - begun[i])
@@ -722,13 +745,13 @@ def _untouched(sync: Session) -> bool:
     )
 
 
-def _successes(outcomes: list[JobOutcome]) -> dict[str, list[Any]]:
-    """Successful outcomes as the column arrays JOB_COMPLETE_MANY unnests."""
+def _successes(successes: list[_Success]) -> dict[str, list[Any]]:
+    """Successes as the column arrays JOB_COMPLETE_MANY unnests."""
     return {
-        "ids": [o.id for o in outcomes],
-        "results": [o.result for o in outcomes],
-        "started_ats": [o.started_at for o in outcomes],
-        "completed_ats": [o.finished_at for o in outcomes],
+        "ids": [s.job.id for s in successes],
+        "results": [s.result for s in successes],
+        "started_ats": [s.started for s in successes],
+        "completed_ats": [s.finished for s in successes],
     }
 
 
