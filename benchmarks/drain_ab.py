@@ -1,0 +1,195 @@
+"""A/B the drainer against the raw baselines: ``Drainer.drain()`` and the raw loops, interleaved.
+
+    python -m benchmarks.drain_ab SERVER_URL [--n 10000] [--runs 5] [--variant NAME=ROOT ...]
+        [--case strict --case batch:50 --case batch:500 --case raw-strict --case raw-batch:50 ...]
+
+Each run is its own subprocess (``once``) with ``PYTHONPATH`` set to a variant's source tree
+(a directory holding a ``cronlock`` package, e.g. a symlink to a checkout's; ``raw-*`` cases run
+once, not per variant), in a fresh scratch database:
+N no-op jobs are enqueued in bulk, then drained, and the rate is read from the database's
+timestamps (first ``started_at`` to last ``completed_at``), as the harness does. The runs go
+round-robin over cases and variants, ``--runs`` rounds, and each case's median and range is
+printed at the end. Each run also prints, on stderr, the client's CPU time per job and the CPU
+time of the server process behind the draining connection (from /proc: same host only), which
+a shared machine disturbs far less than the wall clock. ``--profile FILE`` (with ``once``)
+writes a cProfile of the drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cpu_ticks(pid: int) -> int:
+    # /proc/PID/stat: utime and stime are fields 14 and 15, counted after the ")" of the name.
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _lane_pid(drainer: Any) -> int | None:
+    lanes = drainer._lanes
+    return lanes[0].raw.get_server_pid() if lanes and lanes[0].raw is not None else None
+
+
+async def _backend_cpu(task: asyncio.Task[Any], pid_of: Any) -> float:
+    """CPU seconds (user + system) of the server process behind the draining connection, read
+    from /proc until the task ends: the server's share of the work, less noisy than the wall
+    clock on a shared machine (10 ms resolution)."""
+    pid: int | None = None
+    ticks = 0
+    while not task.done():
+        pid = pid or pid_of()
+        if pid is not None:
+            with contextlib.suppress(OSError, IndexError):
+                ticks = _cpu_ticks(pid)
+        await asyncio.sleep(0.005)
+    await task
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _print_costs(n: int, wall: float, client: float, server: float) -> None:
+    print(
+        f"# drain {wall:.3f} s wall; per job: client CPU {client / n * 1e6:.1f} us, "
+        f"server CPU {server / n * 1e6:.1f} us",
+        file=sys.stderr,
+    )
+
+
+async def _once_cronlock(url: str, n: int, mode: str, batch: int | None, profile: str) -> float:
+    from benchmarks.systems.cronlock_queue import CronlockQueue
+
+    system = CronlockQueue(url, {"commit_mode": mode, "batch_size": batch})
+    try:
+        await system.install()
+        await system.enqueue_bulk(n)
+        drainer = system._drainer()
+        profiler = cProfile.Profile() if profile else None
+        if profiler is not None:
+            profiler.enable()
+        wall, cpu = time.perf_counter(), time.process_time()
+        drain = asyncio.create_task(drainer.drain())
+        server = await _backend_cpu(drain, lambda: _lane_pid(drainer))
+        result = drain.result()
+        _print_costs(n, time.perf_counter() - wall, time.process_time() - cpu, server)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        if result.status.value != "completed" or result.stats["processed"] != n:
+            raise RuntimeError(f"drain ended {result.status.value}: {result.to_dict()}")
+        window = await system.window()
+    finally:
+        await system.close()
+    return window.completed / window.seconds
+
+
+async def _once_raw(url: str, n: int, mode: str, batch: int | None) -> float:
+    from benchmarks.systems.raw import RawQueue
+
+    system = RawQueue(url, {"mode": mode, "batch_size": batch or 1})
+    try:
+        await system.install()
+        await system.enqueue_bulk(n)
+        wall, cpu = time.perf_counter(), time.process_time()
+        conn = await system._connection()
+        drain = asyncio.create_task(system.drain())
+        server = await _backend_cpu(drain, conn.get_server_pid)
+        drain.result()
+        _print_costs(n, time.perf_counter() - wall, time.process_time() - cpu, server)
+        window = await system.window()
+    finally:
+        await system.close()
+    return window.completed / window.seconds
+
+
+async def once(server: str, case: str, n: int, profile: str) -> float:
+    from benchmarks.scratch import scratch_database
+
+    system, _, rest = case.partition("-") if case.startswith("raw-") else ("cronlock", "", case)
+    mode, _, size = rest.partition(":")
+    batch = int(size) if size else None
+    async with scratch_database(server, "drain_ab") as url:
+        if system == "raw":
+            return await _once_raw(url, n, mode, batch)
+        return await _once_cronlock(url, n, mode, batch, profile)
+
+
+def _run(server: str, case: str, n: int, root: str) -> float:
+    env = {**os.environ, "PYTHONPATH": f"{root}:{ROOT}"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.drain_ab",
+            server,
+            "once",
+            "--case",
+            case,
+            "--n",
+            str(n),
+        ],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{case} in {root} failed: {done.stderr[-2000:]}")
+    return float(json.loads(done.stdout)["rate"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("server")
+    parser.add_argument("command", nargs="?", default="compare", choices=["compare", "once"])
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--case", action="append")
+    parser.add_argument("--variant", action="append", default=[])
+    parser.add_argument("--profile", default="")
+    options = parser.parse_args()
+    cases: list[str] = options.case or ["strict", "batch:50", "batch:500"]
+    if options.command == "once":
+        rate = asyncio.run(once(options.server, cases[0], options.n, options.profile))
+        print(json.dumps({"case": cases[0], "rate": rate}))
+        return
+    variants = dict(v.split("=", 1) for v in options.variant) or {"this": str(ROOT)}
+    rates: dict[str, list[float]] = defaultdict(list)
+    started = time.monotonic()
+    for _ in range(options.runs):
+        for case in cases:
+            targets = {"raw": "/nonexistent"} if case.startswith("raw-") else variants
+            for name, root in targets.items():
+                label = case if case.startswith("raw-") else f"{name} {case}"
+                rate = _run(options.server, case, options.n, root)
+                rates[label].append(rate)
+                print(f"{label}: {rate:,.0f} jobs/s", file=sys.stderr, flush=True)
+    print(f"# {options.runs} rounds of N={options.n} in {time.monotonic() - started:.0f} s")
+    for label, values in rates.items():
+        summary: dict[str, Any] = {
+            "median": statistics.median(values),
+            "min": min(values),
+            "max": max(values),
+        }
+        print(
+            f"{label:24} median {summary['median']:9,.0f}  "
+            f"({summary['min']:,.0f}..{summary['max']:,.0f}) jobs/s"
+        )
+
+
+if __name__ == "__main__":
+    main()
