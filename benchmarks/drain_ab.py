@@ -61,7 +61,11 @@ async def _backend_cpu(task: asyncio.Task[Any], pid_of: Any) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+_COSTS: dict[str, float] = {}  # the last run's CPU per job, in microseconds
+
+
 def _print_costs(n: int, wall: float, client: float, server: float) -> None:
+    _COSTS.update(client_us=client / n * 1e6, server_us=server / n * 1e6)
     print(
         f"# drain {wall:.3f} s wall; per job: client CPU {client / n * 1e6:.1f} us, "
         f"server CPU {server / n * 1e6:.1f} us",
@@ -127,7 +131,7 @@ async def once(server: str, case: str, n: int, profile: str) -> float:
         return await _once_cronlock(url, n, mode, batch, profile)
 
 
-def _run(server: str, case: str, n: int, root: str) -> float:
+def _run(server: str, case: str, n: int, root: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": f"{root}:{ROOT}"}
     done = subprocess.run(
         [
@@ -149,7 +153,8 @@ def _run(server: str, case: str, n: int, root: str) -> float:
     )
     if done.returncode != 0:
         raise RuntimeError(f"{case} in {root} failed: {done.stderr[-2000:]}")
-    return float(json.loads(done.stdout)["rate"])
+    answer: dict[str, float] = json.loads(done.stdout)
+    return answer
 
 
 def main() -> None:
@@ -165,29 +170,33 @@ def main() -> None:
     cases: list[str] = options.case or ["strict", "batch:50", "batch:500"]
     if options.command == "once":
         rate = asyncio.run(once(options.server, cases[0], options.n, options.profile))
-        print(json.dumps({"case": cases[0], "rate": rate}))
+        print(json.dumps({"rate": rate, **_COSTS}))
         return
     variants = dict(v.split("=", 1) for v in options.variant) or {"this": str(ROOT)}
-    rates: dict[str, list[float]] = defaultdict(list)
+    runs: dict[str, list[dict[str, float]]] = defaultdict(list)
     started = time.monotonic()
     for _ in range(options.runs):
         for case in cases:
             targets = {"raw": "/nonexistent"} if case.startswith("raw-") else variants
             for name, root in targets.items():
                 label = case if case.startswith("raw-") else f"{name} {case}"
-                rate = _run(options.server, case, options.n, root)
-                rates[label].append(rate)
-                print(f"{label}: {rate:,.0f} jobs/s", file=sys.stderr, flush=True)
+                run = _run(options.server, case, options.n, root)
+                runs[label].append(run)
+                print(
+                    f"{label}: {run['rate']:,.0f} jobs/s, CPU per job: client "
+                    f"{run['client_us']:.1f} us, server {run['server_us']:.1f} us",
+                    file=sys.stderr,
+                    flush=True,
+                )
     print(f"# {options.runs} rounds of N={options.n} in {time.monotonic() - started:.0f} s")
-    for label, values in rates.items():
-        summary: dict[str, Any] = {
-            "median": statistics.median(values),
-            "min": min(values),
-            "max": max(values),
-        }
+    for label, results in runs.items():
+        rates = [r["rate"] for r in results]
+        client = statistics.median(r["client_us"] for r in results)
+        server = statistics.median(r["server_us"] for r in results)
         print(
-            f"{label:24} median {summary['median']:9,.0f}  "
-            f"({summary['min']:,.0f}..{summary['max']:,.0f}) jobs/s"
+            f"{label:24} median {statistics.median(rates):9,.0f}  "
+            f"({min(rates):,.0f}..{max(rates):,.0f}) jobs/s; "
+            f"median CPU per job: client {client:.1f} us, server {server:.1f} us"
         )
 
 

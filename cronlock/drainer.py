@@ -19,7 +19,11 @@ Commit modes. ``strict`` (the default, the reference's semantics): one job per t
 batch; faster, but a crash or a lost connection rolls back the whole batch (those jobs run
 again; their database writes were never applied, their external side effects may repeat).
 A handler gets the session of that transaction; the session opens a SAVEPOINT only if the
-handler uses it, so a failure rolls back that handler's writes alone (invariant 5).
+handler uses it, so a failure rolls back that handler's writes alone (invariant 5). A session
+its handler left untouched (no transaction, nothing in it or in ``info``) goes to the lane's
+next job, as good as new; a used one never does, so a handler must not keep a session past
+its return. Successes are written with the narrow JOB_COMPLETE_ONE/JOB_COMPLETE_MANY; a batch
+with a failure, with JOB_FINISH_MANY.
 
 Shutdown: ``stop()`` stops claiming; jobs in flight finish (within the grace period the
 command line gives), claimed jobs not yet started are handed back by leaving them out of the
