@@ -3,12 +3,12 @@
 One run is one transaction. It first takes ``pg_try_advisory_xact_lock(namespace, key)``:
 busy means another run is active, so this one is ``skipped`` (overlap is normal for cron).
 Free, the body runs with the transaction's session; ``run.item(key)`` wraps a unit of work in
-a SAVEPOINT, so an exception there rolls back that item only and is recorded. The run's row in
-``runs`` is written in the same transaction as its work: ``completed`` or ``partial`` commit
-together with what the items wrote. A body that raises rolls back to a savepoint taken
-right after the lock, so nothing of it stays, and the ``failed`` row is written under the lock
-(in a transaction of its own only if the connection is gone). The lock ends with the
-transaction, including when the process dies, so a crash never leaves it behind.
+a SAVEPOINT (``items.py``), so an exception there rolls back that item only and is recorded.
+The run's row in ``runs`` is written in the same transaction as its work: ``completed`` or
+``partial`` commit together with what the items wrote. A body that raises rolls back to a
+savepoint taken right after the lock, so nothing of it stays, and the ``failed`` row is
+written under the lock (in a transaction of its own only if the connection is gone). The lock
+ends with the transaction, including when the process dies, so a crash never leaves it behind.
 
 Every run but a manual one belongs to a *slot*, a fire time of the task's schedule, and at
 most one run per (task, slot) does the work (invariant 3). Under the lock, before the body, the
@@ -44,6 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from . import queries
 from .cron import CronSchedule
 from .database import Database
+from .items import ItemSavepoints
 
 __all__ = [
     "ItemFailure",
@@ -214,6 +215,7 @@ class Run:
         self.items_ok = 0
         self.items_failed = 0
         self.failures: list[ItemFailure] = []
+        self._savepoints = ItemSavepoints(session)
 
     @asynccontextmanager
     async def item(self, key: object = None) -> AsyncIterator[AsyncSession]:
@@ -222,17 +224,20 @@ class Run:
         An exception inside the block rolls back to the savepoint, is recorded against ``key``
         and does not propagate: the run goes on with the next item. If the savepoint itself
         cannot be rolled back (the connection is gone), that error propagates and fails the run.
+        Pending ORM changes are flushed before the release; a failed item's ORM changes are
+        undone in the session too (see ``items.py``). Items may nest.
         """
-        savepoint = await self.session.begin_nested()
+        frame = await self._savepoints.begin()
         try:
             yield self.session
-            await savepoint.commit()  # flushes pending ORM changes, then RELEASE SAVEPOINT
+            await self._savepoints.release(frame)
         except Exception as exc:
-            if savepoint.is_active:
-                await savepoint.rollback()
+            await self._savepoints.rollback(frame)
             self._record_failure(key, exc)
         else:
             self.items_ok += 1
+        finally:
+            self._savepoints.end(frame)
 
     def _record_failure(self, key: object, exc: BaseException) -> None:
         self.items_failed += 1
@@ -374,6 +379,7 @@ async def run_slot(
         try:
             await task.body(run)
             if body_savepoint.is_active:
+                # Its RELEASE also releases an item savepoint whose RELEASE was held back.
                 await body_savepoint.commit()
         except Exception as exc:
             error = f"{type(root_cause(exc)).__name__}: {_message(exc)}"

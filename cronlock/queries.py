@@ -75,6 +75,10 @@ __all__ = [
     "BENCH_JOBS_VACUUM",
     "BENCH_SERVER",
     "BENCH_WORKERS",
+    "ITEM_RELEASE",
+    "ITEM_RELEASE_AND_SAVEPOINT",
+    "ITEM_ROLLBACK",
+    "ITEM_SAVEPOINT",
     "JOB_BY_DEDUP_KEY",
     "JOB_CLAIM",
     "JOB_COMPLETE_MANY",
@@ -154,6 +158,18 @@ LOCK_HOLDERS = select(_pg_locks.c.pid).where(
     cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
     cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger),
 )
+
+# -- items (a savepoint per item of a run) ---------------------------------------------------
+
+# Core has no SAVEPOINT statement of its own to execute, and these go to the driver as text
+# anyway: on the simple query protocol, so no prepare round trip, and two in one message when
+# an item's RELEASE rides with the next item's SAVEPOINT. One fixed name: savepoints of the
+# same name stack, RELEASE and ROLLBACK TO reach the innermost, so items nest.
+ITEM_SAVEPOINT = "SAVEPOINT cronlock_item"
+ITEM_RELEASE = "RELEASE SAVEPOINT cronlock_item"
+ITEM_RELEASE_AND_SAVEPOINT = "RELEASE SAVEPOINT cronlock_item; SAVEPOINT cronlock_item"
+# ROLLBACK TO keeps the savepoint (empty); the RELEASE closes it.
+ITEM_ROLLBACK = "ROLLBACK TO SAVEPOINT cronlock_item; RELEASE SAVEPOINT cronlock_item"
 
 RUN_INSERT = insert(runs).returning(runs.c.id)
 
