@@ -224,6 +224,7 @@ class Drainer:
         self._complete_one = self._statement(queries.JOB_COMPLETE_ONE)
         self._complete_many = self._statement(queries.JOB_COMPLETE_MANY)
         self._next_due = self._statement(queries.JOB_NEXT_DUE)
+        self._ping = self._statement(queries.PING)
 
     # -- control (signal handlers call these) ---------------------------------------------
 
@@ -319,6 +320,7 @@ class Drainer:
                 heartbeat = asyncio.create_task(self._heartbeat())
                 if not await self._wait_for_lock(lock_conn, lock_args):
                     return self._result()
+            await self._drop_snapshot(lock_conn)
             self.state = "active"
             logger.info(
                 "active on queue %s (%s, batch %d, concurrency %d)",
@@ -351,6 +353,15 @@ class Drainer:
             if self._lanes_db is not None:
                 await self._lanes_db.dispose()
                 self._lanes_db = None
+
+    async def _drop_snapshot(self, lock_conn: Any) -> None:
+        """Let the lock transaction idle without a snapshot. A statement sent with the extended
+        protocol (asyncpg's fetch*) leaves its unnamed portal, and the portal's snapshot, open
+        until the next statement: in the lock transaction that pins the database's xmin
+        horizon until the next ping, so the claim's index entries of the jobs completed since
+        cannot be marked dead and every claim visits their rows again. PING goes by the
+        simple protocol, which drops the portal."""
+        await lock_conn.execute(self._ping.sql)
 
     async def _wait_for_lock(self, lock_conn: Any, lock_args: dict[str, int]) -> bool:
         """Block on the lock as a standby; False when stopped before getting it."""
@@ -446,13 +457,10 @@ class Drainer:
 
     async def _watch_lock(self, lock_conn: Any) -> str | None:
         """Stop the lanes if the lock connection dies: another drainer may be active now."""
-        ping = self._statement(queries.PING)
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             try:
-                await asyncio.wait_for(
-                    lock_conn.fetchval(ping.sql, *ping.args()), self.heartbeat_interval * 3
-                )
+                await asyncio.wait_for(self._drop_snapshot(lock_conn), self.heartbeat_interval * 3)
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 message = f"lost the drainer lock ({type(exc).__name__}: {exc})"
                 logger.error(message, extra={"action": "lock_lost", "queue": self.queue})

@@ -304,8 +304,9 @@ NO_TIMEOUTS_LOCAL = select(
     func.set_config("lock_timeout", "0", True),
 )
 
-# The lock connection is alive (and so is the lock taken in its transaction).
-PING = select(literal(1))
+# The lock connection is alive (and so is the lock taken in its transaction). No parameters, so
+# that it can go by the simple query protocol, which leaves no portal (and no snapshot) behind.
+PING = select(literal_column("1", Integer))
 
 # A literal predicate, not bound values: the planner can only use the partial indexes
 # (ix_jobs_claim, uq_jobs_dedup_key) when it sees these constants in a generic plan too.

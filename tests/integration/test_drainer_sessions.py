@@ -168,3 +168,28 @@ async def test_strict_mode_writes_one_success_with_its_own_statement(database: D
     assert sorted(r["result"]["n"] for r in rows) == list(range(7))
     assert all(r["status"] == "completed" and r["next_retry_at"] is None for r in rows)
     assert all(r["started_at"] <= r["completed_at"] for r in rows)
+
+
+async def test_the_lock_transaction_idles_without_a_snapshot(database: Database) -> None:
+    """The drainer's lock transaction idles for the whole drain: holding a snapshot there would
+    pin the database's xmin horizon, so that no job completed meanwhile could be marked dead in
+    the claim's index and every claim would visit all of them again."""
+    seen: list[tuple[int, int]] = []
+    async with _app(database) as (app, _):
+
+        @app.job("lock_xmin")
+        async def lock_xmin(session: AsyncSession, payload: Any) -> None:
+            row = await session.execute(
+                text(
+                    "SELECT count(*) FILTER (WHERE backend_xmin IS NOT NULL), count(*) "
+                    "FROM pg_stat_activity WHERE application_name = 'cronlock-drainer:default' "
+                    "AND datname = current_database()"
+                )
+            )
+            seen.append(tuple(row.one()))
+
+        await _enqueue_in_order(app, [("lock_xmin", {})])
+        result = await app.drain()
+
+    assert result.stats["processed"] == 1
+    assert seen == [(0, 1)]  # the lock connection is there, with no snapshot
