@@ -48,6 +48,25 @@ class LatencyHistogram:
         buckets = self.buckets
         buckets[index] = buckets.get(index, 0) + 1
 
+    def record_many(self, durations: list[float]) -> None:
+        """``record`` each of ``durations`` (a batch's): the same buckets, one call."""
+        if not durations:
+            return
+        buckets, log, floor = self.buckets, math.log, _FLOOR_SECONDS
+        total = 0.0
+        for seconds in durations:
+            if seconds > floor:
+                index = int((log(seconds) - _LOG_FLOOR) * _PER_LOG_GROWTH)
+                total += seconds
+            else:
+                index = 0
+                if seconds > 0.0:
+                    total += seconds
+            buckets[index] = buckets.get(index, 0) + 1
+        self.count += len(durations)
+        self.total += total
+        self.maximum = max(self.maximum, *durations)
+
     def percentile(self, fraction: float) -> float:
         """The smallest recorded duration with at least ``fraction`` of the others below it."""
         if not self.count:

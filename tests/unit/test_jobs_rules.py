@@ -75,6 +75,17 @@ def test_histogram_percentiles_within_two_percent_in_bounded_memory() -> None:
     assert histogram.summary_ms()["avg"] == pytest.approx(50_000.5, rel=1e-6)
 
 
+def test_histogram_record_many_is_record_for_each() -> None:
+    values = [-0.5, 0.0, 1e-7, 1e-6, 2e-6, 0.001, 0.25, 3.0, 0.25]
+    one_by_one, batched = LatencyHistogram(), LatencyHistogram()
+    for value in values:
+        one_by_one.record(value)
+    batched.record_many(values[:4])
+    batched.record_many([])
+    batched.record_many(values[4:])
+    assert batched == one_by_one
+
+
 def test_stats_report_uses_the_references_keys() -> None:
     stats = DrainStats(processed=8, failed=1, retried=1)
     report = stats.report()
