@@ -430,17 +430,27 @@ JOB_FINISH_MANY = (
 
 # Successes, the common case, written with less than JOB_FINISH_MANY: a success changes only
 # these columns (retry_count, run_at and the errors stay), so there are 4 arrays to send and
-# unnest instead of 9 and no per-row CASE. Same status guard.
+# unnest instead of 9 and no per-row CASE. Same status guard. The times are microseconds since
+# the Unix epoch (bigint, converted exactly here): the driver encodes a datetime at several
+# times the cost of an integer, and the drainer reads the clock as an integer anyway.
 _successes = (
     func.unnest(
         bindparam("ids", type_=ARRAY(Uuid)),
         bindparam("results", type_=ARRAY(Text)),
-        bindparam("started_ats", type_=ARRAY(DateTime(timezone=True))),
-        bindparam("completed_ats", type_=ARRAY(DateTime(timezone=True))),
+        bindparam("started_ats", type_=ARRAY(BigInteger)),
+        bindparam("completed_ats", type_=ARRAY(BigInteger)),
     )
     .table_valued("id", "result", "started_at", "completed_at")
     .render_derived()
 )
+
+
+def _from_micros(micros: ColumnElement[Any]) -> ColumnElement[Any]:
+    """Microseconds since the Unix epoch as a timestamptz (exact: bigint * interval is
+    computed in float8, which holds every integer below 2**53, i.e. until the year 2255)."""
+    epoch = literal_column("timestamptz 'epoch'", DateTime(timezone=True))
+    return epoch + cast(micros, BigInteger) * literal_column("interval '1 microsecond'", Interval)
+
 
 JOB_COMPLETE_MANY = (
     update(jobs)
@@ -449,8 +459,8 @@ JOB_COMPLETE_MANY = (
         status=literal_column("'completed'"),
         next_retry_at=null(),
         result=cast(_successes.c.result, JSONB),
-        started_at=cast(_successes.c.started_at, DateTime(timezone=True)),
-        completed_at=cast(_successes.c.completed_at, DateTime(timezone=True)),
+        started_at=_from_micros(_successes.c.started_at),
+        completed_at=_from_micros(_successes.c.completed_at),
     )
 )
 

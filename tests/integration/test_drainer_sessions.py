@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -156,6 +157,35 @@ async def test_a_batch_mixing_outcomes_writes_each_row(database: Database) -> No
     assert retried["next_retry_at"] is None
     assert retried["completed_at"] == clock_now
     assert await scalar(database, select(func.count()).select_from(text("session_log"))) == 1
+
+
+async def test_a_batch_of_successes_keeps_each_jobs_own_times(database: Database) -> None:
+    """JOB_COMPLETE_MANY takes the times as microseconds: each row gets its job's own
+    started_at and completed_at, around the moment its handler ran, to the microsecond."""
+    ran: dict[int, datetime] = {}
+    app = App()
+
+    @app.job("stamp")
+    async def stamp(_session: AsyncSession, payload: Any) -> None:
+        ran[payload["n"]] = datetime.now(UTC)
+
+    app.use_database(str(database.url))
+    try:
+        await _enqueue_in_order(app, [("stamp", {"n": n}) for n in range(20)])
+        before = datetime.now(UTC)
+        result = await app.drain(commit_mode="batch", batch_size=20)
+        after = datetime.now(UTC)
+    finally:
+        await app.aclose()
+
+    assert result.stats["processed"] == 20
+    rows = sorted(await job_rows(database), key=lambda r: r["payload"]["n"])
+    assert [r["status"] for r in rows] == ["completed"] * 20
+    for row in rows:
+        assert before <= row["started_at"] <= ran[row["payload"]["n"]] <= row["completed_at"]
+        assert row["completed_at"] <= after
+    for earlier, later in pairwise(rows):
+        assert earlier["completed_at"] <= later["started_at"]
 
 
 async def test_strict_mode_writes_one_success_with_its_own_statement(database: Database) -> None:
