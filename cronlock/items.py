@@ -38,7 +38,7 @@ from . import queries
 __all__ = ["ItemFrame", "ItemSavepoints"]
 
 
-@dataclass
+@dataclass(slots=True)
 class ItemFrame:
     """One item in progress."""
 
@@ -64,10 +64,13 @@ class ItemSavepoints:
 
     async def begin(self) -> ItemFrame:
         """Flush what is pending (outside the item), then take the item's SAVEPOINT."""
-        if _has_pending(self._sync):
+        sync = self._sync
+        if _has_pending(sync):
             await self.session.flush()
-        outer = self._sync.get_nested_transaction()
-        driver = await self._connection(outer)
+        outer = sync.get_nested_transaction()
+        driver = self._driver
+        if outer is not self._outer or sync.get_transaction() is not self._root or driver is None:
+            driver = await self._connection(outer)
         depth = len(self._frames) + 1
         if self._unreleased and depth == 1 and outer is self._unreleased_outer:
             statement = queries.ITEM_RELEASE_AND_SAVEPOINT
@@ -108,19 +111,19 @@ class ItemSavepoints:
             self._frames.pop()
 
     async def _connection(self, outer: SessionTransaction | None) -> Any:
-        """The driver's connection, once the session's own SAVEPOINTs are on it."""
+        """The driver's connection, once the session's own SAVEPOINTs are on it (called when
+        the session's transaction or innermost SAVEPOINT is not the one last seen)."""
+        # SQLAlchemy sends a SAVEPOINT when the session first uses it: asking the session for
+        # its connection sends it now, before the item's (once per new SAVEPOINT).
+        connection = await self.session.connection()
+        self._driver = (await connection.get_raw_connection()).driver_connection
         root = self._sync.get_transaction()
-        if root is None or root is not self._root or outer is not self._outer:
-            # SQLAlchemy sends a SAVEPOINT when the session first uses it: asking the session
-            # for its connection sends it now, before the item's (once per new SAVEPOINT).
-            connection = await self.session.connection()
-            self._driver = (await connection.get_raw_connection()).driver_connection
-            if root is not self._root:
-                # First item of the run, or the task ended the transaction: nothing held back
-                # belongs to this one.
-                self._unreleased = False
-            self._root = self._sync.get_transaction()
-            self._outer = outer
+        if root is not self._root:
+            # First item of the run, or the task ended the transaction: nothing held back
+            # belongs to this one.
+            self._unreleased = False
+        self._root = root
+        self._outer = outer
         return self._driver
 
     def _opened_since(self, frame: ItemFrame) -> SessionTransaction | None:
@@ -143,7 +146,9 @@ class ItemSavepoints:
 
 
 def _has_pending(session: Session) -> bool:
-    return bool(session.new or session.deleted or session.dirty)
+    """``session.new or session.deleted or session.dirty``, without building those three
+    sets twice per item: ``dirty`` is the identity map's modified states not deleted."""
+    return bool(session._new or session._deleted or session.identity_map._modified)
 
 
 def _discard_pending(session: Session) -> None:
