@@ -33,7 +33,7 @@ import asyncpg
 from cronlock import queries, schema
 from cronlock.database import Database
 
-from .run import DEFAULT_SERVER, RESULTS, cronlock_source, postgres
+from .run import DEFAULT_SERVER, write_check
 from .scratch import scratch_database
 
 __all__ = ["main", "measure", "shape"]
@@ -220,20 +220,16 @@ async def _main(args: argparse.Namespace) -> None:
     results = await measure(args.server, args.rows, args.waiting, args.repeats)
     results["comparison"] = _compare(results)
     print(_report(results, args.rows, args.waiting))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"claim-plan-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    document = {
-        "started": started.isoformat(),
+    same_shape = all(row["same_shape"] for row in results["comparison"])
+    fields = {
         "completed_rows": args.rows,
         "waiting_rows": args.waiting,
         "repeats": args.repeats,
-        "postgres": await postgres(args.server),
-        "cronlock": cronlock_source(),
         **results,
-        "same_shape": all(row["same_shape"] for row in results["comparison"]),
+        "same_shape": same_shape,
     }
-    out.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"plan shape unchanged: {'yes' if document['same_shape'] else 'NO'}; wrote {out}")
+    out = await write_check("claim-plan", started, args.server, fields)
+    print(f"plan shape unchanged: {'yes' if same_shape else 'NO'}; wrote {out}")
 
 
 def main() -> None:

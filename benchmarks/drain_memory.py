@@ -28,7 +28,7 @@ from typing import Any
 import cronlock
 from cronlock import schema
 
-from .run import DEFAULT_SERVER, RESULTS, cronlock_source, postgres
+from .run import DEFAULT_SERVER, write_check
 from .scratch import scratch_database
 
 __all__ = ["app", "main", "milestones"]
@@ -170,16 +170,9 @@ async def _main(args: argparse.Namespace) -> None:
     ]
     for run in runs:
         print(_summary(run))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"drain-memory-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    document = {
-        "started": started.isoformat(),
-        "sample_every_s": SAMPLE_EVERY_S,
-        "postgres": await postgres(args.server),
-        "cronlock": cronlock_source(),
-        "runs": runs,
-    }
-    out.write_text(json.dumps(document, indent=2) + "\n")
+    out = await write_check(
+        "drain-memory", started, args.server, {"sample_every_s": SAMPLE_EVERY_S, "runs": runs}
+    )
     print(f"wrote {out}")
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 import uuid
@@ -42,7 +41,7 @@ import cronlock
 from cronlock import queries, schema
 from cronlock.database import Database
 
-from .run import DEFAULT_SERVER, RESULTS, cronlock_source, postgres
+from .run import DEFAULT_SERVER, write_check
 from .scratch import scratch_database
 from .systems.pgqueuer_queue import PgQueuerQueue
 
@@ -172,17 +171,9 @@ async def _main(args: argparse.Namespace) -> None:
     started = datetime.now(UTC)
     results = await measure(args.server, args.n, args.rounds)
     print(_table(results))
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"enqueue-one-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    document = {
-        "started": started.isoformat(),
-        "n": args.n,
-        "rounds": args.rounds,
-        "postgres": await postgres(args.server),
-        "cronlock": cronlock_source(),
-        "ways": results,
-    }
-    out.write_text(json.dumps(document, indent=2) + "\n")
+    out = await write_check(
+        "enqueue-one", started, args.server, {"n": args.n, "rounds": args.rounds, "ways": results}
+    )
     print(f"wrote {out}")
 
 

@@ -467,6 +467,21 @@ def cronlock_source() -> dict[str, Any]:
     }
 
 
+async def write_check(name: str, started: datetime, server: str, fields: dict[str, Any]) -> Path:
+    """Write a standalone check's result (``benchmarks/results/NAME-<time>.json``), with the
+    server's version and settings and the cronlock measured; its path."""
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{name}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    document = {
+        "started": started.isoformat(),
+        **fields,
+        "postgres": await postgres(server),
+        "cronlock": cronlock_source(),
+    }
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    return out
+
+
 def _agent_path() -> str:
     # The repository last: a PYTHONPATH given by the caller (a worktree of a branch not landed
     # yet) decides which cronlock is measured.
