@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import uuid
@@ -27,6 +28,15 @@ from cronlock.database import Database, normalize_url
 SERVER_ENV = "CRONLOCK_TEST_DATABASE_URL"
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+
+def pytest_configure() -> None:
+    # A suite started as a background job of a script (`pytest &`) inherits SIGINT ignored, and
+    # so would every command a test starts: the tests that press Ctrl-C on one (SIGINT) would
+    # then wait for nothing. A handled signal goes back to its default in a child, as a user's
+    # terminal has it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def libpq_url(url: URL) -> str:
