@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from cli import run_cli, start_cli
+from cli import finish, kill_all, run_cli, start_cli
 from jobsupport import job_app, job_rows
 from sqlalchemy import URL, column, select, table
 from waiting import eventually
@@ -197,12 +197,10 @@ async def test_interrupted_mid_recovery_kills_its_workers_and_drops_the_schema(
 
         await eventually(two_workers, timeout=30)
         bench.send_signal(signum)
-        _, stderr = bench.communicate(timeout=30)
+        code, _, stderr = finish(bench)
     finally:
-        if bench.poll() is None:
-            bench.kill()
-        bench.wait()
-    assert bench.returncode == 1, stderr
+        kill_all(bench)
+    assert code == 1, stderr
     if signum == signal.SIGTERM:
         assert stderr.strip().splitlines()[-1] == (
             "cronlock bench: stopped by SIGTERM; the scratch schema was dropped"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import start_cli
+from cli import finish, kill_all, start_cli
 from jobsupport import job_app, scalar
 from sqlalchemy import func, select
 from testapps import jobs as testjobs
@@ -43,26 +43,6 @@ async def _worker_states(database: Database) -> list[str]:
         return sorted((await conn.execute(select(workers.c.state))).scalars().all())
 
 
-def _finish(process: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str, str]:
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        stdout, stderr = process.communicate()
-        raise AssertionError(f"process did not exit: {stderr}") from None
-    return process.returncode, stdout, stderr
-
-
-def _kill_all(*processes: subprocess.Popen[str]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
-
-
 async def test_sigterm_mid_batch_in_flight_finishes_rest_stays_pending(
     database: Database, database_url: str, tmp_path: Path
 ) -> None:
@@ -77,9 +57,9 @@ async def test_sigterm_mid_batch_in_flight_finishes_rest_stays_pending(
         worker.send_signal(signal.SIGTERM)
         await eventually(lambda: _worker_states_are(database, ["stopping"]), timeout=10)
         release.write_text("go")  # the job in flight may finish now
-        code, stdout, stderr = _finish(worker)
+        code, stdout, stderr = finish(worker)
     finally:
-        _kill_all(worker)
+        kill_all(worker)
 
     assert code == 0, stderr
     report = json.loads(stdout)
@@ -106,9 +86,9 @@ async def test_abort_rolls_back_the_job_in_flight(
         if how == "second signal":
             await eventually(lambda: _worker_states_are(database, ["stopping"]), timeout=10)
             worker.send_signal(signal.SIGINT)
-        code, stdout, stderr = _finish(worker)
+        code, stdout, stderr = finish(worker)
     finally:
-        _kill_all(worker)
+        kill_all(worker)
 
     assert code == 0, stderr
     report = json.loads(stdout)
@@ -146,9 +126,9 @@ async def test_sigkill_with_a_standby_loses_nothing_and_applies_nothing_twice(
         recovery = time.monotonic() - killed_at
         await eventually(lambda: _statuses_are(database, {"completed": total}), timeout=60)
         standby.send_signal(signal.SIGTERM)
-        code, stdout, stderr = _finish(standby)
+        code, stdout, stderr = finish(standby)
     finally:
-        _kill_all(active, *([standby] if standby else []))
+        kill_all(active, *([standby] if standby else []))
 
     print(f"\n[{mode}] recovery after SIGKILL: {recovery * 1000:.0f} ms; before: {before}")
     assert recovery < 5.0
@@ -172,7 +152,7 @@ async def test_idle_worker_picks_up_a_new_job_at_once(
         await eventually(lambda: _worker_states_are(database, ["active", "standby"]), timeout=30)
         # A standby told to stop cancels its wait for the lock and leaves at once.
         standby.send_signal(signal.SIGTERM)
-        standby_code, standby_out, _ = _finish(standby, timeout=10)
+        standby_code, standby_out, _ = finish(standby, timeout=10)
         assert standby_code == 0
         assert json.loads(standby_out)["processed"] == 0
         await _enqueue(database, "noop", 1)
@@ -182,9 +162,9 @@ async def test_idle_worker_picks_up_a_new_job_at_once(
         )
         latency = time.monotonic() - enqueued_at
         worker.send_signal(signal.SIGTERM)
-        code, _, stderr = _finish(worker)
+        code, _, stderr = finish(worker)
     finally:
-        _kill_all(worker, standby)
+        kill_all(worker, standby)
     print(f"\nenqueue -> completed seen by the test: {latency * 1000:.1f} ms")
     assert code == 0, stderr
     assert latency < 2.0

@@ -55,3 +55,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 30) -> tuple[int, str, str]:
+    """Wait for a started command to exit: its exit code, stdout and stderr. One that does not
+    exit in time is killed and reaped (its pipes closed) and the test fails."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"process did not exit: {stderr}") from None
+    return process.returncode, stdout, stderr
+
+
+def kill_all(*processes: subprocess.Popen[str]) -> None:
+    """Kill what is still running and close every pipe: a failed test leaves nothing behind
+    (an unclosed pipe would be reported as a ResourceWarning in whichever test runs next)."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
