@@ -6,8 +6,8 @@ A scratch database gets cronlock's schema and ``--waiting`` due jobs; the claim 
 and timed; then ``--rows`` completed jobs (older than the waiting ones, so an index on the
 claim's order without the partial predicate would meet them first) are added with one
 ``generate_series`` INSERT, the table is ANALYZEd, and the claim is explained and timed again.
-The claim is ``queries.JOB_CLAIM`` compiled as the drainer compiles it
-(``queries.AsyncpgStatement``) and run with the drainer's arguments, for the batch mode's limit
+The claim is ``sql.JOB_CLAIM`` compiled as the drainer compiles it
+(``AsyncpgStatement``) and run with the drainer's arguments, for the batch mode's limit
 (50) and strict mode's (1), each as a custom plan (a prepared statement's first executions)
 and as the generic plan (what it may switch to after five). Every EXPLAIN (ANALYZE, BUFFERS)
 and every timed claim runs in a transaction that is rolled back, so the claimed rows stay due.
@@ -30,8 +30,9 @@ from typing import Any
 
 import asyncpg
 
-from cronlock import queries, schema
+from cronlock import schema, sql
 from cronlock.database import Database
+from cronlock.pg import AsyncpgStatement
 
 from .run import DEFAULT_SERVER, write_check
 from .scratch import scratch_database
@@ -83,7 +84,7 @@ def _literal(value: Any) -> str:
 
 
 async def _explain(
-    conn: Any, claim: queries.AsyncpgStatement, args: list[Any], mode: str
+    conn: Any, claim: AsyncpgStatement, args: list[Any], mode: str
 ) -> dict[str, Any]:
     """EXPLAIN (ANALYZE, BUFFERS) of the claim as a prepared statement under ``mode``."""
     execute = f"EXECUTE bench_claim({', '.join(_literal(arg) for arg in args)})"
@@ -111,9 +112,7 @@ async def _explain(
     }
 
 
-async def _timed(
-    conn: Any, claim: queries.AsyncpgStatement, args: list[Any], repeats: int
-) -> float:
+async def _timed(conn: Any, claim: AsyncpgStatement, args: list[Any], repeats: int) -> float:
     """The median wall time (ms) of the claim as the drainer sends it, prepared, rolled back."""
     statement = await conn.prepare(claim.sql)
     times = []
@@ -131,7 +130,7 @@ async def _timed(
     return statistics.median(times)
 
 
-async def _state(conn: Any, claim: queries.AsyncpgStatement, repeats: int) -> dict[str, Any]:
+async def _state(conn: Any, claim: AsyncpgStatement, repeats: int) -> dict[str, Any]:
     size, rows = await conn.fetchrow(TABLE_SIZE)
     plans: dict[str, Any] = {"table_rows": rows, "table_bytes": size}
     for mode_name, limit in LIMITS.items():
@@ -152,7 +151,7 @@ async def measure(server: str, completed: int, waiting: int, repeats: int) -> di
             await schema.upgrade(database)
         finally:
             await database.dispose()
-        claim = queries.AsyncpgStatement.of(queries.JOB_CLAIM, database.schema)
+        claim = AsyncpgStatement.of(sql.JOB_CLAIM, database.schema)
         conn = await asyncpg.connect(url)
         try:
             await conn.execute(SEED_WAITING, waiting)

@@ -13,7 +13,7 @@ job (``time.process_time``, less sensitive to other load than the wall clock).
 - ``cronlock (Database)``: ``App.enqueue(app.database, …)``, committed on its own: one INSERT
   on a pooled connection's asyncpg driver.
 - ``raw asyncpg BEGIN/INSERT/COMMIT`` and ``raw asyncpg INSERT``: cronlock's own INSERT
-  (compiled from ``queries.JOB_INSERT_MANY``) on one dedicated connection.
+  (compiled from ``sql.JOB_INSERT_MANY``) on one dedicated connection.
 - ``raw asyncpg INSERT, no NOTIFY trigger``: the same on a copy of the schema whose
   ``jobs_notify`` trigger is dropped: what the trigger's NOTIFY costs at commit.
 - ``pgqueuer``: ``Queries.enqueue`` on one dedicated connection (the harness's adapter).
@@ -38,8 +38,9 @@ from typing import Any
 import asyncpg
 
 import cronlock
-from cronlock import queries, schema
+from cronlock import schema, sql
 from cronlock.database import Database
+from cronlock.pg import AsyncpgStatement
 
 from .run import DEFAULT_SERVER, write_check
 from .scratch import scratch_database
@@ -55,7 +56,7 @@ DROP_TRIGGER = f"DROP TRIGGER jobs_notify ON {NO_TRIGGER_SCHEMA}.jobs"
 Way = Callable[[], Awaitable[object]]
 
 
-def _insert_args(statement: queries.AsyncpgStatement) -> list[Any]:
+def _insert_args(statement: AsyncpgStatement) -> list[Any]:
     return statement.args(
         ids=[uuid.uuid4()],
         payloads=["{}"],
@@ -87,8 +88,8 @@ async def measure(server: str, n: int, rounds: int, warmup: int = 50) -> dict[st
         own = await asyncpg.connect(url)
         await own.execute(FLOOR_SQL)
         await own.execute(DROP_TRIGGER)
-        insert = queries.AsyncpgStatement.of(queries.JOB_INSERT_MANY, database.schema)
-        insert_quiet = queries.AsyncpgStatement.of(queries.JOB_INSERT_MANY, NO_TRIGGER_SCHEMA)
+        insert = AsyncpgStatement.of(sql.JOB_INSERT_MANY, database.schema)
+        insert_quiet = AsyncpgStatement.of(sql.JOB_INSERT_MANY, NO_TRIGGER_SCHEMA)
 
         async def in_callers_transaction() -> object:
             async with database.engine.begin() as conn:

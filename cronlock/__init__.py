@@ -8,7 +8,6 @@ from __future__ import annotations
 from .app import App
 from .cron import CronSchedule
 from .database import Database
-from .drainer import CommitMode, Drainer, DrainResult, Keepalive
 from .errors import (
     AppNotFound,
     ConfigurationError,
@@ -23,19 +22,19 @@ from .errors import (
     UnknownJobType,
     UnknownTask,
 )
-from .jobs import Backoff, Enqueued, Job, JobStatus
 from .locks import lock_key, namespace_key
-from .periodic import (
+from .outcome import (
+    DrainResult,
     ItemFailure,
-    Misfire,
-    PeriodicTask,
-    Run,
+    JobStatus,
     RunResult,
     RunStatus,
     RunTrigger,
     SkipReason,
-    SlotPolicy,
 )
+from .periodic import Misfire, PeriodicTask, Run, SlotPolicy
+from .queue.drainer import CommitMode, Drainer, Keepalive
+from .queue.jobs import Backoff, Enqueued, Job
 from .scheduler import Scheduler
 
 __all__ = [

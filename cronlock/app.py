@@ -18,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from .cron import CronSchedule
 from .database import Database
-from .drainer import CommitMode, Drainer, DrainResult
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -27,18 +26,13 @@ from .errors import (
     LockKeyCollision,
     UnknownTask,
 )
-from .jobs import (
-    Backoff,
-    Enqueued,
-    Handler,
-    JobHandler,
-    check_max_retries,
-    check_queue,
-    enqueue_many,
-)
 from .locks import lock_key, namespace_key
-from .periodic import Misfire, PeriodicTask, RunResult, SlotPolicy, TaskBody, execute
-from .tables import SCHEMA
+from .outcome import DrainResult, RunResult
+from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
+from .queue.drainer import CommitMode, Drainer
+from .queue.enqueue import enqueue_many
+from .queue.jobs import Backoff, Enqueued, Handler, JobHandler, check_max_retries, check_queue
+from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
 __all__ = ["App"]
 
@@ -197,7 +191,7 @@ class App:
         max_retries: int = 3,
         backoff: Backoff | None = None,
         timeout: float | None = None,
-        queue: str = "default",
+        queue: str = DEFAULT_QUEUE,
     ) -> Callable[[JobHandler], JobHandler]:
         """Register ``async def handler(session, payload)`` for ``job_type``.
 

@@ -24,11 +24,11 @@ from sqlalchemy.exc import DBAPIError
 from . import embedded, schema
 from .app import App
 from .database import Database
-from .drainer import CommitMode, Drainer, DrainResult
 from .errors import CronlockError, DatabaseUnavailable, InvalidJobOption
-from .jobs import Enqueued
 from .loader import load_app
-from .periodic import RunResult, RunStatus
+from .outcome import DrainResult, RunResult, RunStatus
+from .queue.drainer import CommitMode, Drainer
+from .queue.jobs import Enqueued
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "cli", "main"]
 
@@ -347,7 +347,7 @@ def run_task(
 @pass_options
 def status(options: Options, as_json: bool, limit: int) -> None:
     """Last runs per task; the queue: counts, oldest due job, failures, rates, drainers."""
-    from .status import collect
+    from .observe.status import collect
 
     app = options.load_app()
     database = options.database(app)
@@ -467,7 +467,7 @@ def enqueue(
     as_json: bool,
 ) -> None:
     """Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id."""
-    from .jobs import handler_for, parse_json
+    from .queue.jobs import handler_for, parse_json
 
     app = options.load_app()
     # Everything is checked before any connection is made: bad input writes nothing.
@@ -569,7 +569,7 @@ def _on_signals(drainer: Drainer, grace_period: float) -> None:
 
 def _metrics_server() -> Any:
     try:
-        from .prometheus import serve_metrics
+        from .observe.prometheus import serve_metrics
     except ImportError:
         raise UsageFailure(
             "--metrics-port needs the 'metrics' extra: pip install 'cronlock[metrics]'"

@@ -19,7 +19,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
 from .errors import ConfigurationError
-from .tables import SCHEMA
+from .sql.tables import SCHEMA
 
 __all__ = ["Database", "normalize_url"]
 

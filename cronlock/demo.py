@@ -13,10 +13,11 @@ from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from . import queries, schema
+from . import schema, sql
 from .app import App
 from .database import Database
-from .periodic import PeriodicTask, RunResult, RunStatus
+from .outcome import RunResult, RunStatus
+from .periodic import PeriodicTask
 
 __all__ = ["DemoSetup", "run_demo"]
 
@@ -29,7 +30,7 @@ async def lock_holders(database: Database, task: PeriodicTask) -> list[int]:
     """The backend pids holding ``task``'s advisory lock right now."""
     async with database.connect() as conn:
         result = await conn.execute(
-            queries.LOCK_HOLDERS,
+            sql.LOCK_HOLDERS,
             {
                 "namespace_oid": task.lock_namespace & 0xFFFFFFFF,
                 "key_oid": task.lock_key & 0xFFFFFFFF,

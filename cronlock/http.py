@@ -16,10 +16,10 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from . import queries, schema
+from . import schema, sql
 from .app import App
 from .errors import ConfigurationError, CronlockError
-from .prometheus import CONTENT_TYPE, render_metrics, scrape
+from .observe.prometheus import CONTENT_TYPE, render_metrics, scrape
 
 try:
     from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
@@ -187,7 +187,7 @@ def create_router(app: App, *, token: str | None = None) -> APIRouter:
     )
     async def get_job(job_id: Annotated[uuid.UUID, Path()]) -> JobView:
         async with app.database.connect() as conn:
-            row = (await conn.execute(queries.JOB_GET, {"id": job_id})).mappings().first()
+            row = (await conn.execute(sql.JOB_GET, {"id": job_id})).mappings().first()
         if row is None:
             raise HTTPException(404, f"no job {job_id}")
         return JobView.model_validate(dict(row))
@@ -200,7 +200,7 @@ def create_router(app: App, *, token: str | None = None) -> APIRouter:
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     ) -> list[RunView]:
         async with app.database.connect() as conn:
-            rows = await conn.execute(queries.RUN_RECENT, {"task": task, "limit": limit})
+            rows = await conn.execute(sql.RUN_RECENT, {"task": task, "limit": limit})
             return [RunView.model_validate(dict(row)) for row in rows.mappings()]
 
     @router.get(

@@ -35,19 +35,11 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 
-from . import queries
+from . import sql
 from .app import App
 from .database import Database
-from .periodic import (
-    Misfire,
-    PeriodicTask,
-    RunResult,
-    RunTrigger,
-    SkipReason,
-    record_missed,
-    resolve_slot,
-    run_slot,
-)
+from .outcome import RunResult, RunTrigger, SkipReason
+from .periodic import Misfire, PeriodicTask, record_missed, resolve_slot, run_slot
 
 __all__ = ["Clock", "ScheduleTrigger", "Scheduler", "jitter_for"]
 
@@ -168,7 +160,7 @@ class Scheduler:
     async def _initial_horizon(self, task: PeriodicTask, now: datetime) -> datetime:
         """Where this process picks up a task's history: its latest slot with a row, or now."""
         async with self.database.connect() as conn:
-            last = await conn.scalar(queries.RUN_LAST_SLOT, {"task": task.name})
+            last = await conn.scalar(sql.RUN_LAST_SLOT, {"task": task.name})
         return min(last, now) if last is not None else now
 
     async def _unrecorded(
@@ -201,7 +193,7 @@ class Scheduler:
         slots.reverse()
         async with self.database.connect() as conn:
             rows = await conn.execute(
-                queries.RUN_SLOTS_RECORDED,
+                sql.RUN_SLOTS_RECORDED,
                 {"task": task.name, "low": slots[0], "high": slots[-1]},
             )
             recorded = set(rows.scalars())

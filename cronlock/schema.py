@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
-from . import queries
+from . import sql
 from .database import Database
 from .errors import DatabaseUnavailable
 
@@ -69,7 +69,7 @@ async def current_revision(database: Database) -> str | None:
     """The schema's revision, or None where cronlock's schema is not installed."""
     async with database.connect() as conn:
         try:
-            return (await conn.execute(queries.SCHEMA_REVISION)).scalar_one_or_none()
+            return (await conn.execute(sql.SCHEMA_REVISION)).scalar_one_or_none()
         except ProgrammingError:  # the version table does not exist
             return None
 

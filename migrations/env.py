@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateSchema
 
 from cronlock.locks import lock_key, namespace_key
-from cronlock.tables import SCHEMA, VERSION_TABLE, metadata
+from cronlock.sql.tables import SCHEMA, VERSION_TABLE, metadata
 
 config = context.config
 schema: str = config.attributes.get("schema", SCHEMA)

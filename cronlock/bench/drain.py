@@ -12,8 +12,8 @@ import contextlib
 import time
 from typing import Any
 
-from .. import queries
-from ..drainer import CommitMode, Drainer
+from ..queue.drainer import CommitMode, Drainer
+from ..sql import bench as bench_sql
 from .app import JOB_TYPE
 from .progress import Progress
 from .scratch import Scratch
@@ -44,7 +44,7 @@ async def measure_drain(
     if result.status.value != "completed":
         raise RuntimeError(f"the {mode} drain of {n} jobs ended {result.status}: {result.error}")
     async with scratch.database.connect() as conn:
-        window = (await conn.execute(queries.BENCH_DRAIN_WINDOW, {"queue": scratch.queue})).one()
+        window = (await conn.execute(bench_sql.BENCH_DRAIN_WINDOW, {"queue": scratch.queue})).one()
     if window.completed != n:
         raise RuntimeError(f"the {mode} drain completed {window.completed} of {n} jobs")
     seconds = (window.last_completed - window.first_started).total_seconds()

@@ -8,7 +8,7 @@ import time
 import uuid
 from datetime import datetime
 
-from .. import queries
+from ..sql import bench as bench_sql
 from .app import JOB_TYPE
 from .scratch import Scratch
 
@@ -43,7 +43,7 @@ async def steady(
 
 async def completed_at(scratch: Scratch, ids: list[uuid.UUID]) -> dict[uuid.UUID, datetime]:
     async with scratch.database.connect() as conn:
-        rows = await conn.execute(queries.BENCH_COMPLETED_AT, {"ids": ids})
+        rows = await conn.execute(bench_sql.BENCH_COMPLETED_AT, {"ids": ids})
         return {job_id: at for job_id, at in rows}
 
 
@@ -65,7 +65,7 @@ async def first_completion_after(scratch: Scratch, moment: datetime, within: flo
     while True:
         async with scratch.database.connect() as conn:
             found = await conn.scalar(
-                queries.BENCH_FIRST_COMPLETED_AFTER, {"queue": scratch.queue, "after": moment}
+                bench_sql.BENCH_FIRST_COMPLETED_AFTER, {"queue": scratch.queue, "after": moment}
             )
         if found is not None:
             return found  # type: ignore[no-any-return]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import queries
 from ..app import App
 from ..periodic import Run
+from ..sql import bench as bench_sql
 from .progress import Progress
 from .scratch import Scratch
 
@@ -23,7 +23,7 @@ def _body(items: int) -> Any:
     async def body(run: Run) -> None:
         for item in range(1, items + 1):
             async with run.item(item) as session:
-                await session.execute(queries.BENCH_ITEM_UPDATE, {"item": item})
+                await session.execute(bench_sql.BENCH_ITEM_UPDATE, {"item": item})
 
     return body
 
@@ -45,7 +45,7 @@ async def measure_periodic(scratch: Scratch, progress: Progress, *, items: int) 
         if result.status.value != "completed" or result.items_ok != items:
             raise RuntimeError(f"the periodic run ended {result.status} ({result.error})")
         async with app.database.connect() as conn:
-            once, total = (await conn.execute(queries.BENCH_ITEMS_CHECK)).one()
+            once, total = (await conn.execute(bench_sql.BENCH_ITEMS_CHECK)).one()
         if (once, total) != (items, items):
             raise RuntimeError(f"{once} of {total} items updated once, expected {items}")
     finally:
@@ -60,15 +60,15 @@ async def measure_periodic(scratch: Scratch, progress: Progress, *, items: int) 
 
 async def _fill(app: App, items: int) -> None:
     async with app.database.engine.begin() as conn:
-        _, total = (await conn.execute(queries.BENCH_ITEMS_CHECK)).one()
+        _, total = (await conn.execute(bench_sql.BENCH_ITEMS_CHECK)).one()
         if total != items:
-            await conn.execute(queries.BENCH_ITEMS_DELETE)
-            await conn.execute(queries.BENCH_ITEMS_FILL, {"items": items})
+            await conn.execute(bench_sql.BENCH_ITEMS_DELETE)
+            await conn.execute(bench_sql.BENCH_ITEMS_FILL, {"items": items})
 
 
 async def _reset(app: App) -> None:
     async with app.database.engine.begin() as conn:
-        await conn.execute(queries.BENCH_ITEMS_RESET)
+        await conn.execute(bench_sql.BENCH_ITEMS_RESET)
     async with app.database.engine.connect() as conn:
         vacuum = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await vacuum.execute(queries.BENCH_ITEMS_VACUUM)
+        await vacuum.execute(bench_sql.BENCH_ITEMS_VACUUM)

@@ -20,9 +20,9 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import queries
 from ..database import Database
-from ..drainer import CommitMode
+from ..queue.drainer import CommitMode
+from ..sql import bench as bench_sql
 from .drain import measure_drain
 from .enqueue import measure_enqueue
 from .latency import measure_latency
@@ -85,7 +85,7 @@ def plan(options: BenchOptions) -> list[Step]:
 
 async def environment(scratch: Scratch) -> dict[str, Any]:
     async with scratch.database.connect() as conn:
-        server = (await conn.execute(queries.BENCH_SERVER)).one()
+        server = (await conn.execute(bench_sql.BENCH_SERVER)).one()
     return {
         "cronlock": importlib.metadata.version("cronlock"),
         "postgresql": server.server_version,

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import queries, schema
+from .. import schema
 from ..app import App
 from ..database import Database
 from ..errors import DatabaseUnavailable
+from ..sql import bench as bench_sql
 from .app import make_app
 
 __all__ = ["Scratch", "one_line", "scratch_schema"]
@@ -54,14 +55,14 @@ async def scratch_schema(url: str) -> AsyncIterator[Scratch]:
     database = app.use_database(url, schema=name)
     try:
         async with database.engine.begin() as conn:
-            await conn.execute(queries.bench_schema_create(name))
+            await conn.execute(bench_sql.bench_schema_create(name))
     except (OSError, DBAPIError, TimeoutError) as exc:
         await app.aclose()
         raise DatabaseUnavailable(_why_not(database, exc)) from None
     try:
         await schema.upgrade(database)
         async with database.engine.begin() as conn:
-            await conn.execute(queries.BENCH_ITEMS_CREATE)
+            await conn.execute(bench_sql.BENCH_ITEMS_CREATE)
         yield Scratch(url=url, schema=name, queue="cronlock-bench-" + token, app=app)
     finally:
         await app.aclose()
@@ -90,7 +91,7 @@ async def drop(url: str, name: str) -> None:
     database = Database(url, schema=name)
     try:
         async with database.engine.begin() as conn:
-            await conn.execute(queries.bench_schema_drop(name))
+            await conn.execute(bench_sql.bench_schema_drop(name))
     except (OSError, DBAPIError, TimeoutError) as exc:
         raise DatabaseUnavailable(
             f"could not drop the scratch schema {name} ({one_line(exc)}): "

@@ -17,7 +17,7 @@ import time
 from types import TracebackType
 from typing import IO
 
-from .. import queries
+from ..sql import bench as bench_sql
 from .scratch import Scratch
 
 __all__ = ["WORKER_APP", "Workers"]
@@ -94,7 +94,7 @@ class Workers:
         """pid → state of the live children, as their heartbeats last wrote it."""
         live = {child.pid for child in self.alive()}
         async with self.scratch.database.connect() as conn:
-            rows = await conn.execute(queries.BENCH_WORKERS, {"queue": self.scratch.queue})
+            rows = await conn.execute(bench_sql.BENCH_WORKERS, {"queue": self.scratch.queue})
             return {pid: state for pid, state in rows if pid in live}
 
     async def active(self, within: float = START_TIMEOUT) -> asyncio.subprocess.Process:

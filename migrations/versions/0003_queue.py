@@ -11,6 +11,13 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
+from cronlock.sql.tables import (
+    JOB_DEDUP_PREDICATE,
+    JOB_WAITING_PREDICATE,
+    JOBS_NOTIFY_FUNCTION,
+    JOBS_NOTIFY_TRIGGER,
+)
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -66,7 +73,7 @@ def upgrade() -> None:
         "jobs",
         ["queue", sa.text("priority DESC"), "run_at"],
         schema=schema,
-        postgresql_where=sa.text("status IN ('pending', 'retrying')"),
+        postgresql_where=sa.text(JOB_WAITING_PREDICATE),
     )
     op.create_index(
         "uq_jobs_dedup_key",
@@ -74,7 +81,7 @@ def upgrade() -> None:
         ["dedup_key"],
         unique=True,
         schema=schema,
-        postgresql_where=sa.text("dedup_key IS NOT NULL AND status IN ('pending', 'retrying')"),
+        postgresql_where=sa.text(JOB_DEDUP_PREDICATE),
     )
     op.create_table(
         "workers",
@@ -105,25 +112,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_workers"),
         schema=schema,
     )
+    # The DDL the tables declare (sql/tables.py), with the schema quoted by the dialect.
     quoted = _quoted_schema()
-    op.execute(
-        sa.text(
-            f"CREATE FUNCTION {quoted}.jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$\n"  # noqa: S608
-            "BEGIN\n"
-            "    PERFORM pg_notify(left(TG_TABLE_SCHEMA || '.jobs', 63), q.queue)\n"
-            "    FROM (SELECT DISTINCT queue FROM new_jobs) AS q;\n"
-            "    RETURN NULL;\n"
-            "END\n"
-            "$$"
-        )
-    )
-    op.execute(
-        sa.text(
-            f"CREATE TRIGGER jobs_notify AFTER INSERT ON {quoted}.jobs\n"
-            "REFERENCING NEW TABLE AS new_jobs FOR EACH STATEMENT "
-            f"EXECUTE FUNCTION {quoted}.jobs_notify()"
-        )
-    )
+    op.execute(sa.text(JOBS_NOTIFY_FUNCTION % {"schema": quoted}))
+    op.execute(sa.text(JOBS_NOTIFY_TRIGGER % {"schema": quoted, "fullname": f"{quoted}.jobs"}))
 
 
 def downgrade() -> None:

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from testapps import items
 
 from cronlock import Database
-from cronlock.tables import runs
+from cronlock.sql.tables import runs
 
 RUN_KEYS = {"task", "status", "slot", "items_ok", "items_failed", "failures", "duration_ms"}
 

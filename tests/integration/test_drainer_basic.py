@@ -12,7 +12,7 @@ from testapps import jobs as testjobs
 from waiting import eventually
 
 from cronlock import CommitMode, Database, RunStatus
-from cronlock.tables import jobs
+from cronlock.sql.tables import jobs
 
 
 class Clock:

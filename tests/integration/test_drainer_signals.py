@@ -21,7 +21,7 @@ from testapps import jobs as testjobs
 from waiting import eventually
 
 from cronlock import Database
-from cronlock.tables import jobs, workers
+from cronlock.sql.tables import jobs, workers
 
 APP = ("--app", "testapps.jobs")
 

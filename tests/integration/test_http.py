@@ -14,7 +14,7 @@ from testapps import jobs as jobsapp
 
 from cronlock import App, Database
 from cronlock.http import MAX_BODY_BYTES, create_api
-from cronlock.tables import jobs
+from cronlock.sql.tables import jobs
 
 TOKEN = "s3cret-token"
 

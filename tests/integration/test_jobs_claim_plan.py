@@ -6,7 +6,8 @@ import json
 
 from sqlalchemy import text
 
-from cronlock import Database, queries
+from cronlock import Database, sql
+from cronlock.pg import AsyncpgStatement
 
 
 async def test_claim_uses_the_partial_index(database: Database) -> None:
@@ -20,7 +21,7 @@ async def test_claim_uses_the_partial_index(database: Database) -> None:
             )
         )
         await conn.execute(text("ANALYZE cronlock.jobs"))
-    compiled = queries.AsyncpgStatement.of(queries.JOB_CLAIM, database.schema)
+    compiled = AsyncpgStatement.of(sql.JOB_CLAIM, database.schema)
     async with database.connect() as conn:
         raw = (await conn.get_raw_connection()).driver_connection
         assert raw is not None

@@ -15,7 +15,7 @@ from cronlock import (
     InvalidPayload,
     UnknownJobType,
 )
-from cronlock.tables import jobs
+from cronlock.sql.tables import jobs
 
 
 async def test_enqueue_commits_with_the_callers_transaction(database: Database) -> None:
@@ -150,7 +150,7 @@ async def test_bad_input_is_a_clear_error_and_writes_nothing(
 async def test_plain_sql_insert_uses_server_defaults_and_notifies(database: Database) -> None:
     import asyncpg
 
-    from cronlock.tables import jobs_channel
+    from cronlock.sql.tables import jobs_channel
 
     received: asyncio.Queue[str] = asyncio.Queue()
     listener = await asyncpg.connect(str(database.url.set(drivername="postgresql")))

@@ -17,7 +17,7 @@ from testapps import jobs as testjobs
 from waiting import eventually
 
 from cronlock import Database, InvalidPayload, UnknownJobType, schema
-from cronlock.tables import jobs_channel
+from cronlock.sql.tables import jobs_channel
 
 
 @contextmanager

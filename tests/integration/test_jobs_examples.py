@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 import tasks
 from cronlock import Database, RunStatus
-from cronlock.tables import jobs
+from cronlock.sql.tables import jobs
 from tasks.models import User
 
 

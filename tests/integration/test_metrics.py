@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from cronlock import Database
 from cronlock.http import create_api
-from cronlock.tables import runs
+from cronlock.sql.tables import runs
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -88,7 +88,7 @@ async def test_metrics_match_the_tables(database: Database) -> None:
 
 
 async def test_worker_metrics_endpoint(database: Database) -> None:
-    from cronlock.prometheus import serve_metrics
+    from cronlock.observe.prometheus import serve_metrics
 
     server = await serve_metrics(database, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]

@@ -6,7 +6,7 @@ from catalog import fingerprint
 from sqlalchemy.schema import CreateSchema
 
 from cronlock import Database, schema
-from cronlock.tables import metadata
+from cronlock.sql.tables import metadata
 
 
 async def _declared(database: Database, name: str = "cronlock") -> None:

@@ -13,7 +13,8 @@ from history import create_work_table, runs_of, work_slots
 from testapps import sched
 
 from cronlock import Database, RunStatus
-from cronlock.periodic import RunTrigger, execute, resolve_slot
+from cronlock.outcome import RunTrigger
+from cronlock.periodic import execute, resolve_slot
 from cronlock.scheduler import Scheduler
 
 SLOT = datetime(2026, 11, 29, 10, 15, tzinfo=UTC)

@@ -15,7 +15,7 @@ from waiting import eventually, wait_for
 
 from cronlock import Database, RunStatus
 from cronlock.demo import lock_holders
-from cronlock.tables import runs
+from cronlock.sql.tables import runs
 
 PROCESSES = 8
 

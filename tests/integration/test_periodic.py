@@ -9,7 +9,7 @@ from sqlalchemy import select, text
 from testapps import items
 
 from cronlock import Database, RunStatus
-from cronlock.tables import runs
+from cronlock.sql.tables import runs
 
 
 async def _runs(database: Database) -> list[dict[str, object]]:

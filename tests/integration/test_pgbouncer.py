@@ -19,7 +19,7 @@ from testapps import items
 
 from cronlock import Database, RunStatus
 from cronlock.demo import lock_holders
-from cronlock.tables import runs
+from cronlock.sql.tables import runs
 
 
 async def test_session_locks_leak_through_pgbouncer(database: Database) -> None:

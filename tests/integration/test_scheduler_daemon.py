@@ -81,10 +81,10 @@ async def test_sigterm_past_the_grace_rolls_the_run_back_whole(
         # The run's transaction is gone with its lock: the slot is still free to run.
         task = sched.app.task("held")
         async with database.connect() as conn:
-            from cronlock import queries
+            from cronlock import sql
 
             holders = await conn.execute(
-                queries.LOCK_HOLDERS,
+                sql.LOCK_HOLDERS,
                 {
                     "namespace_oid": task.lock_namespace & 0xFFFFFFFF,
                     "key_oid": task.lock_key & 0xFFFFFFFF,

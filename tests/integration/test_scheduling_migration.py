@@ -9,7 +9,7 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from cronlock import Database, schema
-from cronlock.tables import runs
+from cronlock.sql.tables import runs
 
 SLOT = datetime(2026, 11, 29, 10, 15, tzinfo=UTC)
 BEFORE_SCHEDULING = "0001"

@@ -1,10 +1,12 @@
-"""Invariant 6 and the style rule: every SQL statement lives in queries.py, parameterised."""
+"""Invariant 6 and the style rule: every SQL statement lives in cronlock/sql/, parameterised."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
+
+import pytest
 
 import cronlock
 
@@ -15,8 +17,9 @@ SQL_START = re.compile(
     r"|listen\s|notify\s|set\s+(local\s+)?\w+\s*(=|to))",
     re.IGNORECASE | re.DOTALL,
 )
-# tables.py declares DDL (check constraints, server defaults); queries.py holds the statements.
-SQL_HOMES = {"queries.py", "tables.py"}
+# cronlock/sql/ is SQL's one home: tables.py declares DDL (check constraints, server defaults,
+# the NOTIFY trigger), the other modules hold the statements.
+SQL_HOME = PACKAGE / "sql"
 
 
 def _modules() -> list[Path]:
@@ -26,7 +29,7 @@ def _modules() -> list[Path]:
 def test_no_sql_strings_outside_queries() -> None:
     offenders = []
     for path in _modules():
-        if path.name in SQL_HOMES:
+        if SQL_HOME in path.parents:
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -41,8 +44,11 @@ def test_no_sql_strings_outside_queries() -> None:
     assert offenders == []
 
 
-def test_queries_format_nothing_into_sql() -> None:
-    tree = ast.parse((PACKAGE / "queries.py").read_text())
+@pytest.mark.parametrize(
+    "module", sorted(p.name for p in SQL_HOME.glob("*.py") if p.name != "tables.py")
+)
+def test_statements_format_nothing_into_sql(module: str) -> None:
+    tree = ast.parse((SQL_HOME / module).read_text())
     # A column alias built from a constant is an identifier SQLAlchemy quotes itself.
     aliases = {
         id(node.args[0])
@@ -66,4 +72,4 @@ def test_queries_format_nothing_into_sql() -> None:
             )
         )
     ]
-    assert formatted == [], f"queries.py formats strings at lines {formatted}"
+    assert formatted == [], f"{module} formats strings at lines {formatted}"

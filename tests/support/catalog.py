@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import text
 
 from cronlock import Database
-from cronlock.tables import VERSION_TABLE
+from cronlock.sql.tables import VERSION_TABLE
 
 # Test-only catalog reads: what PostgreSQL itself says the schema is.
 _QUERIES = {

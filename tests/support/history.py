@@ -9,7 +9,7 @@ from sqlalchemy import select
 from testapps import sched
 
 from cronlock import Database
-from cronlock.tables import runs
+from cronlock.sql.tables import runs
 
 
 async def create_work_table(database: Database) -> None:

@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from testapps import jobs as testjobs
 
 from cronlock import App, Database
-from cronlock.tables import jobs
+from cronlock.sql.tables import jobs
 
 
 @asynccontextmanager

@@ -7,8 +7,7 @@ import asyncio
 from typing import Any
 
 from cronlock.cli import _drainer_service
-from cronlock.drainer import DrainResult
-from cronlock.periodic import RunStatus
+from cronlock.outcome import DrainResult, RunStatus
 
 
 class StandInDrainer:

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select
 
 import cronlock
-from cronlock.tables import runs
+from cronlock.sql.tables import runs
 
 app = cronlock.App()
 

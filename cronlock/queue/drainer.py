@@ -53,25 +53,25 @@ from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 
-from . import queries
-from .database import Database
+from .. import sql
+from ..database import Database
+from ..locks import lock_key, namespace_key
+from ..observe.stats import DrainStats
+from ..outcome import DrainResult, JobStatus, RunStatus, error_line
+from ..pg import AsyncpgStatement
+from ..sql.tables import jobs_channel
 from .jobs import (
     Backoff,
     Handler,
     Job,
     JobOutcome,
-    JobStatus,
     check_queue,
     outcome_of_failure,
     outcome_of_success,
     to_json,
 )
-from .locks import lock_key, namespace_key
-from .metrics import DrainStats
-from .periodic import RunStatus, root_cause
-from .tables import jobs_channel
 
-__all__ = ["CommitMode", "DrainResult", "Drainer", "Keepalive"]
+__all__ = ["CommitMode", "Drainer", "Keepalive"]
 
 logger = logging.getLogger("cronlock.drainer")
 
@@ -109,27 +109,6 @@ class Keepalive:
             "count": str(self.count),
             "user_timeout": str(self.user_timeout_ms),
             "is_local": is_local,
-        }
-
-
-@dataclass(frozen=True)
-class DrainResult:
-    """What a drain (or a worker, when it stops) did: a status and the stats."""
-
-    queue: str
-    status: RunStatus
-    stats: dict[str, Any]
-    skip_reason: str | None = None
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": "drain",
-            "queue": self.queue,
-            "status": self.status.value,
-            "skip_reason": self.skip_reason,
-            "error": self.error,
-            **self.stats,
         }
 
 
@@ -223,12 +202,12 @@ class Drainer:
         self._lane_tasks: list[asyncio.Task[None]] = []
         self._deadline: float | None = None
         self._lanes_db: Database | None = None
-        self._claim = self._statement(queries.JOB_CLAIM)
-        self._finish = self._statement(queries.JOB_FINISH_MANY)
-        self._complete_one = self._statement(queries.JOB_COMPLETE_ONE)
-        self._complete_many = self._statement(queries.JOB_COMPLETE_MANY)
-        self._next_due = self._statement(queries.JOB_NEXT_DUE)
-        self._ping = self._statement(queries.PING)
+        self._claim = self._statement(sql.JOB_CLAIM)
+        self._finish = self._statement(sql.JOB_FINISH_MANY)
+        self._complete_one = self._statement(sql.JOB_COMPLETE_ONE)
+        self._complete_many = self._statement(sql.JOB_COMPLETE_MANY)
+        self._next_due = self._statement(sql.JOB_NEXT_DUE)
+        self._ping = self._statement(sql.PING)
 
     # -- control (signal handlers call these) ---------------------------------------------
 
@@ -292,8 +271,8 @@ class Drainer:
             **options, server_settings={"application_name": f"{role}:{self.queue}"}
         )
 
-    def _statement(self, statement: Any) -> queries.AsyncpgStatement:
-        return queries.AsyncpgStatement.of(statement, self.database.schema)
+    def _statement(self, statement: Any) -> AsyncpgStatement:
+        return AsyncpgStatement.of(statement, self.database.schema)
 
     async def _run(self, *, wait_for_lock: bool, until_empty: bool) -> DrainResult:
         lock_conn = await self._raw_connect()
@@ -304,15 +283,15 @@ class Drainer:
             transaction = lock_conn.transaction()
             await transaction.start()
             if self.keepalive is not None:
-                settings = self._statement(queries.KEEPALIVE_SETTINGS)
+                settings = self._statement(sql.KEEPALIVE_SETTINGS)
                 await lock_conn.fetch(
                     settings.sql, *settings.args(**self.keepalive.params(is_local=True))
                 )
-            no_timeouts = self._statement(queries.NO_TIMEOUTS_LOCAL)
+            no_timeouts = self._statement(sql.NO_TIMEOUTS_LOCAL)
             await lock_conn.fetch(no_timeouts.sql, *no_timeouts.args())
             lock_args = {"namespace": DRAINER_NAMESPACE, "key": self.lock_key}
             if not wait_for_lock:
-                try_lock = self._statement(queries.LOCK_TRY_XACT)
+                try_lock = self._statement(sql.LOCK_TRY_XACT)
                 if not await lock_conn.fetchval(try_lock.sql, *try_lock.args(**lock_args)):
                     logger.info(
                         "skipped: another drainer is active on queue %s",
@@ -369,7 +348,7 @@ class Drainer:
 
     async def _wait_for_lock(self, lock_conn: Any, lock_args: dict[str, int]) -> bool:
         """Block on the lock as a standby; False when stopped before getting it."""
-        lock = self._statement(queries.LOCK_XACT)
+        lock = self._statement(sql.LOCK_XACT)
         waiting = asyncio.ensure_future(lock_conn.fetchval(lock.sql, *lock.args(**lock_args)))
         stopped = asyncio.ensure_future(self._stopping.wait())
         logger.info(
@@ -444,7 +423,7 @@ class Drainer:
                 if isinstance(outcome, BaseException) and not isinstance(
                     outcome, asyncio.CancelledError
                 ):
-                    error = f"{type(root_cause(outcome)).__name__}: {root_cause(outcome)}"
+                    error = error_line(outcome)
                     logger.error(
                         "a lane failed: %s",
                         error,
@@ -658,7 +637,7 @@ class Drainer:
         (outcome,) = lost.args
         try:
             async with self._engine_or_create().begin() as conn:
-                await conn.execute(queries.JOB_FINISH_MANY, _columns([outcome]))
+                await conn.execute(sql.JOB_FINISH_MANY, _columns([outcome]))
         except (OSError, DBAPIError, InterfaceError) as exc:
             logger.error(
                 "could not record the failure of job %s: %s",
@@ -705,10 +684,10 @@ class Drainer:
             try:
                 async with engine.begin() as conn:
                     if first:
-                        await conn.execute(queries.WORKER_PRUNE, {"older_than": _STALE_WORKERS})
+                        await conn.execute(sql.WORKER_PRUNE, {"older_than": _STALE_WORKERS})
                         first = False
                     await conn.execute(
-                        queries.WORKER_UPSERT,
+                        sql.WORKER_UPSERT,
                         {
                             "id": self.worker_id,
                             "queue": self.queue,
@@ -728,7 +707,7 @@ class Drainer:
     async def _forget_worker(self) -> None:
         with contextlib.suppress(OSError, DBAPIError):
             async with self.database.engine.begin() as conn:
-                await conn.execute(queries.WORKER_DELETE, {"id": self.worker_id})
+                await conn.execute(sql.WORKER_DELETE, {"id": self.worker_id})
 
     def _result(self, *, skip_reason: str | None = None, error: str | None = None) -> DrainResult:
         self.stats.stop()
@@ -773,9 +752,7 @@ _decode = json.JSONDecoder().raw_decode
 def _describe(exc: BaseException, handler: Handler) -> str:
     if isinstance(exc, TimeoutError) and handler.timeout is not None:
         return f"TimeoutError: the handler ran longer than its timeout of {handler.timeout} s"
-    cause = root_cause(exc)
-    text = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-    return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+    return error_line(exc)
 
 
 def _untouched(sync: _JobSession) -> bool:

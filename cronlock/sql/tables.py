@@ -2,7 +2,9 @@
 
 Everything lives in one PostgreSQL schema, ``cronlock`` by default. Another name is applied at
 execution time through SQLAlchemy's ``schema_translate_map`` (see ``database.py``), so no
-identifier is ever formatted into SQL.
+identifier is ever formatted into SQL. The status sets in the CHECK constraints and the
+partial indexes' predicates are derived from the enums of ``outcome.py``, and the migrations
+use the same constants, so each is spelled once.
 
 Every column of ``jobs`` but ``job_type`` and ``payload`` has a server-side default: a plain
 ``INSERT INTO cronlock.jobs (job_type, payload) VALUES (...)`` from a trigger or another
@@ -31,16 +33,31 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.elements import TextClause
+
+from ..outcome import (
+    JOB_WAITING_STATUSES,
+    RUN_CLAIMING_STATUSES,
+    JobStatus,
+    RunStatus,
+    RunTrigger,
+    WorkerState,
+)
 
 __all__ = [
+    "DEFAULT_QUEUE",
+    "JOBS_NOTIFY_FUNCTION",
+    "JOBS_NOTIFY_TRIGGER",
+    "JOB_DEDUP_PREDICATE",
     "JOB_STATUSES",
+    "JOB_WAITING_PREDICATE",
     "RUN_CLAIMING_PREDICATE",
-    "RUN_CLAIMING_STATUSES",
     "RUN_STATUSES",
     "RUN_TRIGGERS",
     "SCHEMA",
     "VERSION_TABLE",
     "WORKER_STATES",
+    "in_list",
     "jobs",
     "jobs_channel",
     "metadata",
@@ -51,15 +68,13 @@ __all__ = [
 SCHEMA = "cronlock"
 VERSION_TABLE = "cronlock_alembic_version"
 
-JOB_STATUSES = ("pending", "processing", "completed", "failed", "retrying")
-RUN_STATUSES = ("completed", "partial", "failed", "skipped", "missed")
-# A slot is claimed by the row of the run that did (or tried and rolled back) its work, or by
-# the row saying nobody did: at most one such row per (task, slot). Skips never claim.
-RUN_CLAIMING_STATUSES = ("completed", "partial", "failed", "missed")
-# Who started a run: a `cronlock run` (crontab), the scheduler on time, the scheduler catching
-# up a missed slot, or a person asking for a run outside any slot.
-RUN_TRIGGERS = ("cron", "scheduler", "catch_up", "manual")
-WORKER_STATES = ("active", "standby", "stopping")
+# The queue a job goes to when its handler names none (a server default of ``jobs.queue``).
+DEFAULT_QUEUE = "default"
+
+JOB_STATUSES = tuple(status.value for status in JobStatus)
+RUN_STATUSES = tuple(status.value for status in RunStatus)
+RUN_TRIGGERS = tuple(trigger.value for trigger in RunTrigger)
+WORKER_STATES = tuple(state.value for state in WorkerState)
 
 metadata = MetaData(
     schema=SCHEMA,
@@ -73,8 +88,20 @@ metadata = MetaData(
 )
 
 
-def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+def in_list(column: str, values: tuple[str, ...]) -> str:
+    """``column IN ('a', 'b')`` spelled with constants: for CHECK constraints and for the
+    predicates of partial indexes, which the planner matches only against constants. The
+    values are cronlock's own enum values, never input."""
+    return f"{column} IN ({', '.join(repr(str(v)) for v in values)})"
+
+
+# The claim's predicate (and the dedup index's): a job that is due to run once run_at comes.
+JOB_WAITING_PREDICATE = in_list("status", JOB_WAITING_STATUSES)
+JOB_DEDUP_PREDICATE = "dedup_key IS NOT NULL AND " + JOB_WAITING_PREDICATE
+
+
+def _where(predicate: str) -> TextClause:
+    return text(predicate)
 
 
 jobs = Table(
@@ -95,12 +122,12 @@ jobs = Table(
     Column("started_at", DateTime(timezone=True)),
     Column("completed_at", DateTime(timezone=True)),
     # -- the queue (migration 0003) --
-    Column("queue", Text, nullable=False, server_default="default"),
+    Column("queue", Text, nullable=False, server_default=DEFAULT_QUEUE),
     Column("priority", Integer, nullable=False, server_default="0"),
     Column("run_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("dedup_key", Text),
     Column("result", JSONB),
-    CheckConstraint(_in("status", JOB_STATUSES), name="status"),
+    CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
     CheckConstraint("retry_count >= 0", name="retry_count"),
     CheckConstraint("max_retries >= 0", name="max_retries"),
     CheckConstraint("length(job_type) BETWEEN 1 AND 200", name="job_type"),
@@ -114,7 +141,7 @@ Index(
     jobs.c.queue,
     jobs.c.priority.desc(),
     jobs.c.run_at,
-    postgresql_where=text("status IN ('pending', 'retrying')"),
+    postgresql_where=_where(JOB_WAITING_PREDICATE),
 )
 
 # At most one waiting job per dedup key; an index, so it holds under concurrent enqueues.
@@ -122,7 +149,7 @@ Index(
     "uq_jobs_dedup_key",
     jobs.c.dedup_key,
     unique=True,
-    postgresql_where=text("dedup_key IS NOT NULL AND status IN ('pending', 'retrying')"),
+    postgresql_where=_where(JOB_DEDUP_PREDICATE),
 )
 
 
@@ -165,7 +192,7 @@ workers = Table(
     Column("failed", BigInteger, nullable=False, server_default="0"),
     Column("retried", BigInteger, nullable=False, server_default="0"),
     Column("in_flight", Integer, nullable=False, server_default="0"),
-    CheckConstraint(_in("state", WORKER_STATES), name="state"),
+    CheckConstraint(in_list("state", WORKER_STATES), name="state"),
 )
 
 runs = Table(
@@ -187,8 +214,8 @@ runs = Table(
     Column("trigger", Text, nullable=False, server_default="cron"),
     # How long after its slot the run started (NULL for a manual run, which has no slot).
     Column("lateness_ms", Double),
-    CheckConstraint(_in("status", RUN_STATUSES), name="status"),
-    CheckConstraint(_in("trigger", RUN_TRIGGERS), name="trigger"),
+    CheckConstraint(in_list("status", RUN_STATUSES), name="status"),
+    CheckConstraint(in_list("trigger", RUN_TRIGGERS), name="trigger"),
 )
 
 Index("ix_runs_task_started_at", runs.c.task, runs.c.started_at.desc())
@@ -200,8 +227,8 @@ Index(
     runs.c.task,
     runs.c.slot,
     unique=True,
-    postgresql_where=text(_in("status", RUN_CLAIMING_STATUSES)),
+    postgresql_where=text(in_list("status", RUN_CLAIMING_STATUSES)),
 )
 # The index's predicate, for ON CONFLICT to name it: it must be spelled with constants, since
 # PostgreSQL cannot prove that a predicate with bound parameters implies the index's.
-RUN_CLAIMING_PREDICATE = text(_in("status", RUN_CLAIMING_STATUSES))
+RUN_CLAIMING_PREDICATE = text(in_list("status", RUN_CLAIMING_STATUSES))

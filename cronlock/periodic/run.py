@@ -10,30 +10,24 @@ savepoint taken right after the lock, so nothing of it stays, and the ``failed``
 written under the lock (in a transaction of its own only if the connection is gone). The lock
 ends with the transaction, including when the process dies, so a crash never leaves it behind.
 
-Every run but a manual one belongs to a *slot*, a fire time of the task's schedule, and at
-most one run per (task, slot) does the work (invariant 3). Under the lock, before the body, the
+Every run but a manual one belongs to a *slot* (``task.py``), and at most one run per
+(task, slot) does the work (invariant 3). Under the lock, before the body, the
 run checks whether the slot is already claimed (a committed completed, partial, failed or
 missed row): then it is ``skipped`` with reason ``slot_done``. The lock alone would not do: a
 1 ms run on one host commits and releases it before another host's crontab, a second later,
 asks. A partial unique index on ``runs(task, slot)`` makes the claim durable in the very
 transaction that commits the work. A failed body rolls back to a savepoint taken after the
 lock, so its ``failed`` row claims the slot under the same lock.
-
-Which slot an invocation belongs to: the next fire time if it is at most ``early`` ahead (a
-clock a little fast), else the latest fire time if it is at most ``grace`` behind (a slow host,
-a late cron). Outside both there is no slot: the run is ``skipped`` (``no_slot``) unless it was
-asked for as manual, which runs under the lock with no slot at all.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any
@@ -41,169 +35,25 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from . import queries
-from .cron import CronSchedule
-from .database import Database
+from .. import sql
+from ..database import Database
+from ..outcome import (
+    ItemFailure,
+    RunResult,
+    RunStatus,
+    RunTrigger,
+    SkipReason,
+    error_line,
+)
 from .items import ItemFrame, ItemSavepoints
+from .task import PeriodicTask, resolve_slot
 
-__all__ = [
-    "ItemBlock",
-    "ItemFailure",
-    "Misfire",
-    "PeriodicTask",
-    "Run",
-    "RunResult",
-    "RunStatus",
-    "RunTrigger",
-    "SkipReason",
-    "SlotPolicy",
-    "TaskBody",
-    "execute",
-    "record_missed",
-    "resolve_slot",
-    "run_slot",
-]
+__all__ = ["ItemBlock", "Run", "execute", "record_missed", "run_slot"]
 
 logger = logging.getLogger("cronlock.periodic")
 
-TaskBody = Callable[["Run"], Awaitable[None]]
-
 # A run's row keeps at most this many failures (items_failed still counts them all).
 MAX_RECORDED_FAILURES = 1000
-MAX_MESSAGE_LENGTH = 2000
-
-
-class RunStatus(enum.StrEnum):
-    COMPLETED = "completed"
-    PARTIAL = "partial"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-    MISSED = "missed"
-
-
-class RunTrigger(enum.StrEnum):
-    """Who started a run."""
-
-    CRON = "cron"  # `cronlock run TASK` / App.run: an invocation mapped to its slot
-    SCHEDULER = "scheduler"  # the scheduler, on time (within grace)
-    CATCH_UP = "catch_up"  # the scheduler, for a slot missed while it was down
-    MANUAL = "manual"  # asked for by hand, outside any slot
-
-
-class SkipReason(enum.StrEnum):
-    LOCK_BUSY = "lock_busy"  # another run holds the task's lock right now
-    SLOT_DONE = "slot_done"  # this slot already has its outcome
-    NO_SLOT = "no_slot"  # the invocation is outside every slot's grace and not manual
-
-
-class Misfire(enum.StrEnum):
-    """What the scheduler does with slots that passed while nobody fired them."""
-
-    SKIP = "skip"  # record them missed; run only slots that are on time
-    ONCE = "once"  # run the latest one once (unless an on-time slot runs anyway)
-    EACH = "each"  # run each, oldest first, up to catch_up_limit (the most recent ones)
-
-
-@dataclass(frozen=True)
-class SlotPolicy:
-    """How a task's invocations map to slots and how missed slots are handled."""
-
-    grace: timedelta = timedelta(seconds=60)
-    early: timedelta = timedelta(seconds=5)
-    misfire: Misfire = Misfire.SKIP
-    max_lateness: timedelta | None = None
-    catch_up_limit: int = 10
-    jitter: timedelta = timedelta(0)
-
-
-@dataclass(frozen=True)
-class PeriodicTask:
-    """A registered periodic task: when it fires and which advisory lock guards it."""
-
-    name: str
-    schedule: CronSchedule
-    namespace: str | int
-    lock_namespace: int
-    lock_key: int
-    body: TaskBody = field(repr=False)
-    description: str = ""
-    policy: SlotPolicy = SlotPolicy()
-
-
-@dataclass(frozen=True)
-class ItemFailure:
-    """One item that failed inside a run and was rolled back to its savepoint."""
-
-    item: str | None
-    error_type: str
-    message: str
-
-    @classmethod
-    def from_exception(cls, item: object, exc: BaseException) -> ItemFailure:
-        return cls(
-            item=None if item is None else str(item),
-            error_type=type(root_cause(exc)).__name__,
-            message=_message(exc),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"item": self.item, "error_type": self.error_type, "message": self.message}
-
-
-def root_cause(exc: BaseException) -> BaseException:
-    """The driver's own exception behind SQLAlchemy's wrappers (asyncpg's names say more)."""
-    found = getattr(exc, "orig", None) or exc
-    cause = found.__cause__
-    if cause is not None and type(cause).__module__.startswith("asyncpg"):
-        return cause
-    return found
-
-
-def _message(exc: BaseException) -> str:
-    text = str(root_cause(exc)).strip() or type(exc).__name__
-    return text.splitlines()[0][:MAX_MESSAGE_LENGTH]
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """The outcome of one run, as recorded in ``runs``."""
-
-    task: str
-    status: RunStatus
-    slot: datetime | None
-    started_at: datetime
-    finished_at: datetime
-    duration_ms: float
-    items_ok: int = 0
-    items_failed: int = 0
-    failures: tuple[ItemFailure, ...] = ()
-    error: str | None = None
-    skip_reason: str | None = None
-    run_id: int | None = None
-    trigger: RunTrigger = RunTrigger.CRON
-    lateness_ms: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "status": self.status.value,
-            "slot": _iso(self.slot),
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(self.finished_at),
-            "duration_ms": round(self.duration_ms, 3),
-            "items_ok": self.items_ok,
-            "items_failed": self.items_failed,
-            "failures": [f.to_dict() for f in self.failures],
-            "error": self.error,
-            "skip_reason": self.skip_reason,
-            "run_id": self.run_id,
-            "trigger": self.trigger.value,
-            "lateness_ms": None if self.lateness_ms is None else round(self.lateness_ms, 3),
-        }
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
 
 
 class Run:
@@ -286,20 +136,6 @@ class ItemBlock:
             return False  # cancellation, KeyboardInterrupt: not an item's failure
         finally:
             savepoints.end(frame)
-
-
-def resolve_slot(
-    task: PeriodicTask, moment: datetime, *, grace: timedelta | None = None
-) -> datetime | None:
-    """The slot an invocation at ``moment`` belongs to, or None outside every slot's grace."""
-    policy = task.policy
-    upcoming = task.schedule.next_fire_time(moment)
-    if upcoming is not None and upcoming - moment <= policy.early:
-        return upcoming
-    latest = task.schedule.slot_at(moment)
-    if latest is not None and moment - latest <= (policy.grace if grace is None else grace):
-        return latest
-    return None
 
 
 async def execute(
@@ -393,14 +229,14 @@ async def run_slot(
 
     async with database.session() as session:
         locked = await session.scalar(
-            queries.LOCK_TRY_XACT, {"namespace": task.lock_namespace, "key": task.lock_key}
+            sql.LOCK_TRY_XACT, {"namespace": task.lock_namespace, "key": task.lock_key}
         )
         if not locked:
             await session.rollback()
             outcome = skipped(SkipReason.LOCK_BUSY, "another run holds the lock")
             return await _record(session, outcome) if record_busy else outcome
         if slot is not None and await session.scalar(
-            queries.RUN_SLOT_CLAIMED, {"task": task.name, "slot": slot}
+            sql.RUN_SLOT_CLAIMED, {"task": task.name, "slot": slot}
         ):
             return await _record(
                 session, skipped(SkipReason.SLOT_DONE, f"slot {slot.isoformat()} already ran")
@@ -416,7 +252,7 @@ async def run_slot(
                 # Its RELEASE also releases an item savepoint whose RELEASE was held back.
                 await body_savepoint.commit()
         except Exception as exc:
-            error = f"{type(root_cause(exc)).__name__}: {_message(exc)}"
+            error = error_line(exc)
             logger.error(
                 "%s: failed and rolled back: %s",
                 task.name,
@@ -454,7 +290,7 @@ async def _record_claim(session: AsyncSession, outcome: RunResult) -> RunResult:
         logger.warning(
             "%s: slot %s was claimed by another run meanwhile; rolled back",
             outcome.task,
-            _iso(outcome.slot),
+            outcome.slot.isoformat() if outcome.slot else None,
             extra={"action": "slot_conflict", "task": outcome.task},
         )
         return await _record(
@@ -488,7 +324,7 @@ async def record_missed(
         return 0
     async with database.session() as session:
         locked = await session.scalar(
-            queries.LOCK_TRY_XACT, {"namespace": task.lock_namespace, "key": task.lock_key}
+            sql.LOCK_TRY_XACT, {"namespace": task.lock_namespace, "key": task.lock_key}
         )
         if not locked:
             await session.rollback()
@@ -496,7 +332,7 @@ async def record_missed(
         written = 0
         for slot in slots:
             row = await session.scalar(
-                queries.RUN_INSERT_MISSED,
+                sql.RUN_INSERT_MISSED,
                 {
                     "task": task.name,
                     "slot": slot,
@@ -535,7 +371,7 @@ def _elapsed(clock: float) -> timedelta:
 async def _record(session: AsyncSession, outcome: RunResult) -> RunResult:
     """Insert the run's row in the session's current transaction and commit it."""
     run_id = await session.scalar(
-        queries.RUN_INSERT,
+        sql.RUN_INSERT,
         {
             "task": outcome.task,
             "slot": outcome.slot,

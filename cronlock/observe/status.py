@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import queries
-from .app import App
-from .database import Database
+from .. import sql
+from ..app import App
+from ..database import Database
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -25,7 +25,7 @@ def _jsonable(value: Any) -> Any:
 
 async def collect(app: App, database: Database, *, limit: int = 5) -> dict[str, Any]:
     async with database.connect() as conn:
-        rows = (await conn.execute(queries.RUN_RECENT_PER_TASK, {"limit": limit})).mappings()
+        rows = (await conn.execute(sql.RUN_RECENT_PER_TASK, {"limit": limit})).mappings()
         by_task: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             by_task.setdefault(row["task"], []).append(
@@ -72,10 +72,10 @@ async def _slot_health(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
     not outcomes of their own and do not break a streak.
     """
     last_success = {
-        row.task: row.last_success for row in await conn.execute(queries.RUN_LAST_SUCCESS_PER_TASK)
+        row.task: row.last_success for row in await conn.execute(sql.RUN_LAST_SUCCESS_PER_TASK)
     }
     outcomes: dict[str, list[Any]] = {}
-    rows = await conn.execute(queries.RUN_CLAIMING_RECENT_PER_TASK, {"limit": HEALTH_WINDOW})
+    rows = await conn.execute(sql.RUN_CLAIMING_RECENT_PER_TASK, {"limit": HEALTH_WINDOW})
     for row in rows:
         outcomes.setdefault(row.task, []).append(row)
     health: dict[str, dict[str, Any]] = {}
@@ -113,24 +113,22 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
     """The queue as the tables tell it (``processing`` is in flight: see the workers)."""
     async with database.connect() as conn:
         counts: dict[str, dict[str, int]] = {}
-        for queue, status, count in await conn.execute(queries.JOB_COUNTS):
+        for queue, status, count in await conn.execute(sql.JOB_COUNTS):
             counts.setdefault(queue, {})[status] = count
         due = {
             row.queue: {
                 "due": row.due,
                 "oldest_due_age_seconds": round((row.now - row.oldest_due_at).total_seconds(), 3),
             }
-            for row in await conn.execute(queries.JOB_OLDEST_DUE)
+            for row in await conn.execute(sql.JOB_OLDEST_DUE)
         }
         recent = [
             {key: str(value) if key == "id" else _jsonable(value) for key, value in row.items()}
-            for row in (
-                await conn.execute(queries.JOB_RECENT_FAILURES, {"limit": failures})
-            ).mappings()
+            for row in (await conn.execute(sql.JOB_RECENT_FAILURES, {"limit": failures})).mappings()
         ]
-        rates_row = (await conn.execute(queries.JOB_RATES)).mappings().one()
+        rates_row = (await conn.execute(sql.JOB_RATES)).mappings().one()
         workers = []
-        for row in (await conn.execute(queries.WORKER_LIST)).mappings():
+        for row in (await conn.execute(sql.WORKER_LIST)).mappings():
             age = (row["now"] - row["heartbeat_at"]).total_seconds()
             workers.append(
                 {

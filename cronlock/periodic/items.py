@@ -33,7 +33,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from . import queries
+from .. import sql
 
 __all__ = ["ItemFrame", "ItemSavepoints"]
 
@@ -73,9 +73,9 @@ class ItemSavepoints:
             driver = await self._connection(outer)
         depth = len(self._frames) + 1
         if self._unreleased and depth == 1 and outer is self._unreleased_outer:
-            statement = queries.ITEM_RELEASE_AND_SAVEPOINT
+            statement = sql.ITEM_RELEASE_AND_SAVEPOINT
         else:
-            statement = queries.ITEM_SAVEPOINT
+            statement = sql.ITEM_SAVEPOINT
         self._unreleased = False
         self._unreleased_outer = None
         await driver.execute(statement)
@@ -94,7 +94,7 @@ class ItemSavepoints:
             self._unreleased = True
             self._unreleased_outer = frame.outer
         else:
-            await self._driver.execute(queries.ITEM_RELEASE)
+            await self._driver.execute(sql.ITEM_RELEASE)
 
     async def rollback(self, frame: ItemFrame) -> None:
         """The item failed: undo its writes and its ORM changes. Raises if it cannot (the
@@ -104,7 +104,7 @@ class ItemSavepoints:
             # SQLAlchemy rolls back its SAVEPOINT and its own state (expunge, expire).
             await self.session.run_sync(lambda _: opened.rollback())
         _discard_pending(self._sync)
-        await self._driver.execute(queries.ITEM_ROLLBACK)
+        await self._driver.execute(sql.ITEM_ROLLBACK)
 
     def end(self, frame: ItemFrame) -> None:
         if self._frames and self._frames[-1] is frame:

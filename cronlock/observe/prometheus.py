@@ -26,9 +26,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from . import queries
-from .database import Database
-from .tables import JOB_STATUSES, RUN_STATUSES
+from .. import sql
+from ..database import Database
+from ..sql.tables import JOB_STATUSES, RUN_STATUSES
 
 __all__ = ["CONTENT_TYPE", "render_metrics", "scrape", "serve_metrics"]
 
@@ -52,7 +52,7 @@ def _histogram(
     for row in rows:
         buckets = [
             (_bound(bound), float(row[f"{prefix}le_{index}"]))
-            for index, bound in enumerate(queries.LATENCY_BUCKETS)
+            for index, bound in enumerate(sql.LATENCY_BUCKETS)
         ]
         buckets.append(("+Inf", float(row[f"{prefix}count"])))
         family.add_metric([row[label]], buckets, float(row[f"{prefix}sum"]))
@@ -66,11 +66,11 @@ def _bound(value: float) -> str:
 async def scrape(database: Database) -> list[Metric]:
     """Every cronlock metric, read from ``database`` now."""
     async with database.connect() as conn:
-        counts = (await conn.execute(queries.JOB_COUNTS)).mappings().all()
-        due = (await conn.execute(queries.JOB_OLDEST_DUE)).mappings().all()
-        totals = (await conn.execute(queries.JOB_TOTALS)).mappings().all()
-        drainers = (await conn.execute(queries.WORKER_LIST)).mappings().all()
-        tasks = (await conn.execute(queries.RUN_TOTALS)).mappings().all()
+        counts = (await conn.execute(sql.JOB_COUNTS)).mappings().all()
+        due = (await conn.execute(sql.JOB_OLDEST_DUE)).mappings().all()
+        totals = (await conn.execute(sql.JOB_TOTALS)).mappings().all()
+        drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
+        tasks = (await conn.execute(sql.RUN_TOTALS)).mappings().all()
 
     jobs = GaugeMetricFamily(
         "cronlock_jobs", "Jobs in the jobs table by queue and status.", labels=["queue", "status"]

@@ -1,0 +1,197 @@
+"""Outcomes as values: the statuses a run, a job or a drainer ends in, and the result objects.
+
+Every status set cronlock stores is an enum here, and the tables' CHECK constraints are derived
+from these enums (``sql/tables.py``), so a status is spelled once. A run of a periodic task
+ends in a ``RunResult``; a drain (or a worker, when it stops) in a ``DrainResult``; an item that
+failed inside a run is an ``ItemFailure``. Errors are recorded the same way everywhere: the
+driver's own exception behind SQLAlchemy's wrappers (``root_cause``) and the first line of its
+message (``error_line``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "MAX_MESSAGE_LENGTH",
+    "DrainResult",
+    "ItemFailure",
+    "JobStatus",
+    "RunResult",
+    "RunStatus",
+    "RunTrigger",
+    "SkipReason",
+    "WorkerState",
+    "error_line",
+    "first_line",
+    "root_cause",
+]
+
+# Error texts are cut to this many characters where they are stored (runs, jobs).
+MAX_MESSAGE_LENGTH = 2000
+
+
+class RunStatus(enum.StrEnum):
+    """How a run of a periodic task (or a drain) ended; ``missed`` is a slot nobody ran."""
+
+    COMPLETED = "completed"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+
+
+# A slot is claimed by the row of the run that did (or tried and rolled back) its work, or by
+# the row saying nobody did: at most one such row per (task, slot). Skips never claim.
+RUN_CLAIMING_STATUSES = (RunStatus.COMPLETED, RunStatus.PARTIAL, RunStatus.FAILED, RunStatus.MISSED)
+# A run that committed its work: the task's last success.
+RUN_SUCCESS_STATUSES = (RunStatus.COMPLETED, RunStatus.PARTIAL)
+
+
+class RunTrigger(enum.StrEnum):
+    """Who started a run."""
+
+    CRON = "cron"  # `cronlock run TASK` / App.run: an invocation mapped to its slot
+    SCHEDULER = "scheduler"  # the scheduler, on time (within grace)
+    CATCH_UP = "catch_up"  # the scheduler, for a slot missed while it was down
+    MANUAL = "manual"  # asked for by hand, outside any slot
+
+
+class SkipReason(enum.StrEnum):
+    LOCK_BUSY = "lock_busy"  # another run holds the task's lock right now
+    SLOT_DONE = "slot_done"  # this slot already has its outcome
+    NO_SLOT = "no_slot"  # the invocation is outside every slot's grace and not manual
+
+
+class JobStatus(enum.StrEnum):
+    """The reference's statuses. ``processing`` is what a job is inside the transaction that
+    runs it; other sessions see it ``pending``/``retrying`` and locked (SKIP LOCKED skips it)."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    RETRYING = "retrying"
+
+
+# A job that is due to run (once its run_at has come): what the claim and the dedup index read.
+JOB_WAITING_STATUSES = (JobStatus.PENDING, JobStatus.RETRYING)
+
+
+class WorkerState(enum.StrEnum):
+    """A drainer process as the workers table shows it."""
+
+    ACTIVE = "active"
+    STANDBY = "standby"
+    STOPPING = "stopping"
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The driver's own exception behind SQLAlchemy's wrappers (asyncpg's names say more)."""
+    found = getattr(exc, "orig", None) or exc
+    cause = found.__cause__
+    if cause is not None and type(cause).__module__.startswith("asyncpg"):
+        return cause
+    return found
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its root cause's), at most
+    MAX_MESSAGE_LENGTH characters; the type's name when the message is empty."""
+    cause = root_cause(exc)
+    text = str(cause).strip()
+    return text.splitlines()[0][:MAX_MESSAGE_LENGTH] if text else type(cause).__name__
+
+
+def error_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: how cronlock records and reports an error."""
+    cause = root_cause(exc)
+    text = str(cause).strip()
+    name = type(cause).__name__
+    return f"{name}: {text.splitlines()[0][:MAX_MESSAGE_LENGTH]}" if text else name
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+@dataclass(frozen=True)
+class ItemFailure:
+    """One item that failed inside a run and was rolled back to its savepoint."""
+
+    item: str | None
+    error_type: str
+    message: str
+
+    @classmethod
+    def from_exception(cls, item: object, exc: BaseException) -> ItemFailure:
+        return cls(
+            item=None if item is None else str(item),
+            error_type=type(root_cause(exc)).__name__,
+            message=first_line(exc),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"item": self.item, "error_type": self.error_type, "message": self.message}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one run, as recorded in ``runs``."""
+
+    task: str
+    status: RunStatus
+    slot: datetime | None
+    started_at: datetime
+    finished_at: datetime
+    duration_ms: float
+    items_ok: int = 0
+    items_failed: int = 0
+    failures: tuple[ItemFailure, ...] = ()
+    error: str | None = None
+    skip_reason: str | None = None
+    run_id: int | None = None
+    trigger: RunTrigger = RunTrigger.CRON
+    lateness_ms: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "status": self.status.value,
+            "slot": _iso(self.slot),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "duration_ms": round(self.duration_ms, 3),
+            "items_ok": self.items_ok,
+            "items_failed": self.items_failed,
+            "failures": [f.to_dict() for f in self.failures],
+            "error": self.error,
+            "skip_reason": self.skip_reason,
+            "run_id": self.run_id,
+            "trigger": self.trigger.value,
+            "lateness_ms": None if self.lateness_ms is None else round(self.lateness_ms, 3),
+        }
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What a drain (or a worker, when it stops) did: a status and the stats."""
+
+    queue: str
+    status: RunStatus
+    stats: dict[str, Any]
+    skip_reason: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": "drain",
+            "queue": self.queue,
+            "status": self.status.value,
+            "skip_reason": self.skip_reason,
+            "error": self.error,
+            **self.stats,
+        }

@@ -1,0 +1,109 @@
+"""Advisory locks and the lock connection's settings: taking, waiting for, and seeing locks.
+
+Periodic runs try a transaction-level lock and never wait; a standby drainer waits for one. The
+lock connection's keepalives, its disabled timeouts and its ping are here too.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Integer,
+    Text,
+    bindparam,
+    cast,
+    column,
+    func,
+    literal_column,
+    select,
+    table,
+)
+
+__all__ = [
+    "KEEPALIVE_SETTINGS",
+    "LOCK_HOLDERS",
+    "LOCK_TRY_XACT",
+    "LOCK_XACT",
+    "NO_TIMEOUTS_LOCAL",
+    "PING",
+]
+
+# Never waits: a busy lock means another run is active, and this one is skipped. The lock is
+# released with the transaction, also when the process dies.
+LOCK_TRY_XACT = select(
+    func.pg_try_advisory_xact_lock(
+        bindparam("namespace", type_=Integer), bindparam("key", type_=Integer)
+    )
+)
+
+_pg_locks = table(
+    "pg_locks",
+    column("locktype"),
+    column("classid"),
+    column("objid"),
+    column("objsubid"),
+    column("granted"),
+    column("pid"),
+    column("database"),
+    schema="pg_catalog",
+)
+_pg_database = table("pg_database", column("oid"), column("datname"), schema="pg_catalog")
+
+# Backends holding a two-key advisory lock in this database (advisory locks are per database;
+# pg_locks shows the whole cluster). The keys show as oids (unsigned), so the caller passes
+# them as ``key & 0xFFFFFFFF``.
+LOCK_HOLDERS = select(_pg_locks.c.pid).where(
+    _pg_locks.c.locktype == "advisory",
+    _pg_locks.c.database
+    == select(_pg_database.c.oid)
+    .where(_pg_database.c.datname == func.current_database())
+    .scalar_subquery(),
+    _pg_locks.c.objsubid == 2,
+    _pg_locks.c.granted,
+    cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
+    cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger),
+)
+
+# Waits (a standby's lock): returns the moment the holder's transaction ends, also when the
+# holder's process dies and PostgreSQL aborts it.
+LOCK_XACT = select(
+    func.pg_advisory_xact_lock(
+        bindparam("namespace", type_=Integer), bindparam("key", type_=Integer)
+    )
+)
+
+# TCP keepalives for a drainer's connections, in one round trip: the server probes a silent
+# client after :idle s and drops it after :count lost probes (or :user_timeout ms of
+# unacknowledged data), so a dead host's locks go in seconds, not the kernel's two hours.
+# :is_local scopes them to the transaction (the lock connection, which may sit behind
+# PgBouncer in transaction mode) or to the session (a job lane's own connection).
+KEEPALIVE_SETTINGS = select(
+    func.set_config(
+        "tcp_keepalives_idle", bindparam("idle", type_=Text), bindparam("is_local", type_=Boolean)
+    ),
+    func.set_config(
+        "tcp_keepalives_interval",
+        bindparam("interval", type_=Text),
+        bindparam("is_local", type_=Boolean),
+    ),
+    func.set_config(
+        "tcp_keepalives_count", bindparam("count", type_=Text), bindparam("is_local", type_=Boolean)
+    ),
+    func.set_config(
+        "tcp_user_timeout",
+        bindparam("user_timeout", type_=Text),
+        bindparam("is_local", type_=Boolean),
+    ),
+)
+
+# The lock transaction idles by design: no server-side timeout may end it (and so the lock).
+NO_TIMEOUTS_LOCAL = select(
+    func.set_config("idle_in_transaction_session_timeout", "0", True),
+    func.set_config("statement_timeout", "0", True),
+    func.set_config("lock_timeout", "0", True),
+)
+
+# The lock connection is alive (and so is the lock taken in its transaction). No parameters, so
+# that it can go by the simple query protocol, which leaves no portal (and no snapshot) behind.
+PING = select(literal_column("1", Integer))

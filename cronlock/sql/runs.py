@@ -1,0 +1,187 @@
+"""Statements on ``runs``: recording a run, one run per slot, misfires, status and metrics.
+
+Every run, skip and miss is a row. A slot is claimed by at most one row (the partial unique
+index ``ux_runs_task_slot``); a success is a run that committed its work.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    DateTime,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from ..outcome import RUN_CLAIMING_STATUSES, RUN_SUCCESS_STATUSES
+from .histograms import buckets
+from .tables import RUN_CLAIMING_PREDICATE, RUN_STATUSES, runs
+
+__all__ = [
+    "RUN_CLAIMING_RECENT_PER_TASK",
+    "RUN_INSERT",
+    "RUN_INSERT_MISSED",
+    "RUN_LAST_SLOT",
+    "RUN_LAST_SUCCESS_PER_TASK",
+    "RUN_RECENT",
+    "RUN_RECENT_PER_TASK",
+    "RUN_SLOTS_RECORDED",
+    "RUN_SLOT_CLAIMED",
+    "RUN_TOTALS",
+]
+
+# A success is a run that committed its work: completed, or partial (its bad items rolled
+# back alone, the rest committed). Constants, as the planner sees them in a generic plan too.
+_did_work = runs.c.status.in_([literal_column(repr(s.value)) for s in RUN_SUCCESS_STATUSES])
+
+RUN_INSERT = insert(runs).returning(runs.c.id)
+
+_ranked = select(
+    runs,
+    func.row_number()
+    .over(partition_by=runs.c.task, order_by=(runs.c.started_at.desc(), runs.c.id.desc()))
+    .label("rank"),
+).subquery()
+
+# The last :limit runs of every task, newest first.
+RUN_RECENT_PER_TASK = (
+    select(*[_ranked.c[c.name] for c in runs.columns])
+    .where(_ranked.c.rank <= bindparam("limit", type_=Integer))
+    .order_by(_ranked.c.task, _ranked.c.rank)
+)
+
+
+# -- slots (one run per slot, misfires) -------------------------------------------------------
+
+_task = bindparam("task", type_=String)
+_slot = bindparam("slot", type_=DateTime(timezone=True))
+_claiming = runs.c.status.in_([s.value for s in RUN_CLAIMING_STATUSES])
+
+# Read under the task's advisory lock, so the run that committed last is visible: READ
+# COMMITTED takes a fresh snapshot per statement, after the lock was granted.
+RUN_SLOT_CLAIMED = select(exists().where(runs.c.task == _task, runs.c.slot == _slot, _claiming))
+
+# A slot nobody ran. The unique index arbitrates between schedulers recording the same miss.
+RUN_INSERT_MISSED = (
+    pg_insert(runs)
+    .on_conflict_do_nothing(
+        index_elements=[runs.c.task, runs.c.slot], index_where=RUN_CLAIMING_PREDICATE
+    )
+    .returning(runs.c.id)
+)
+
+# The latest slot with any row: where a starting scheduler picks up a task's history.
+RUN_LAST_SLOT = select(func.max(runs.c.slot)).where(runs.c.task == _task)
+
+# Slots between two instants that already have a row of any kind (run, skip or miss).
+RUN_SLOTS_RECORDED = (
+    select(runs.c.slot)
+    .distinct()
+    .where(
+        runs.c.task == _task,
+        runs.c.slot >= bindparam("low", type_=DateTime(timezone=True)),
+        runs.c.slot <= bindparam("high", type_=DateTime(timezone=True)),
+    )
+)
+
+# -- status ---------------------------------------------------------------------------------
+
+# A success is a run that committed its work: completed, or partial (its bad items rolled
+# back alone, the rest committed).
+RUN_LAST_SUCCESS_PER_TASK = (
+    select(runs.c.task, func.max(runs.c.finished_at).label("last_success"))
+    .where(_did_work)
+    .group_by(runs.c.task)
+)
+
+_claimed_ranked = (
+    select(
+        runs.c.task,
+        runs.c.slot,
+        runs.c.status,
+        runs.c.trigger,
+        runs.c.lateness_ms,
+        runs.c.started_at,
+        func.row_number()
+        .over(partition_by=runs.c.task, order_by=(runs.c.started_at.desc(), runs.c.id.desc()))
+        .label("rank"),
+    )
+    .where(_claiming)
+    .subquery()
+)
+
+# The last :limit outcomes per task that claimed a slot (skips are left out), newest first:
+# consecutive failures and misses, and recent lateness, are read from these.
+RUN_CLAIMING_RECENT_PER_TASK = (
+    select(
+        _claimed_ranked.c.task,
+        _claimed_ranked.c.slot,
+        _claimed_ranked.c.status,
+        _claimed_ranked.c.trigger,
+        _claimed_ranked.c.lateness_ms,
+    )
+    .where(_claimed_ranked.c.rank <= bindparam("limit", type_=Integer))
+    .order_by(_claimed_ranked.c.task, _claimed_ranked.c.rank)
+)
+
+# Recent runs, newest first; :task NULL means every task.
+RUN_RECENT = (
+    select(runs)
+    .where(
+        or_(
+            bindparam("task", type_=Text).is_(None),
+            runs.c.task == bindparam("task", type_=Text),
+        )
+    )
+    .order_by(runs.c.started_at.desc(), runs.c.id.desc())
+    .limit(bindparam("limit", type_=Integer))
+)
+
+
+_run_duration = func.extract("epoch", runs.c.finished_at - runs.c.started_at)
+_run_lateness = runs.c.lateness_ms / literal(1000.0)
+_finished = runs.c.finished_at.is_not(None)
+_slotted = runs.c.lateness_ms.is_not(None)  # runs of a slot; manual runs have none
+_last_success = (
+    select(runs.c.task, func.max(runs.c.started_at).label("at"))
+    .where(_did_work)
+    .group_by(runs.c.task)
+    .subquery()
+)
+
+# Per task: runs by outcome, the last success, failures since it, and duration and lateness
+# histograms.
+RUN_TOTALS = (
+    select(
+        runs.c.task,
+        *[
+            func.count().filter(runs.c.status == literal(status)).label(status)
+            for status in RUN_STATUSES
+        ],
+        func.max(_last_success.c.at).label("last_success_at"),
+        func.count()
+        .filter(
+            runs.c.status == literal_column("'failed'"),
+            or_(_last_success.c.at.is_(None), runs.c.started_at > _last_success.c.at),
+        )
+        .label("consecutive_failures"),
+        func.count().filter(_finished).label("duration_count"),
+        func.coalesce(func.sum(_run_duration).filter(_finished), 0.0).label("duration_sum"),
+        *[column.label(f"duration_{column.name}") for column in buckets(_run_duration, _finished)],
+        func.count().filter(_slotted).label("lateness_count"),
+        func.coalesce(func.sum(_run_lateness).filter(_slotted), 0.0).label("lateness_sum"),
+        *[column.label(f"lateness_{column.name}") for column in buckets(_run_lateness, _slotted)],
+    )
+    .select_from(runs.outerjoin(_last_success, _last_success.c.task == runs.c.task))
+    .group_by(runs.c.task)
+    .order_by(runs.c.task)
+)
