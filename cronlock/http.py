@@ -20,6 +20,7 @@ from . import schema, sql
 from .app import App
 from .errors import ConfigurationError, CronlockError
 from .observe.prometheus import CONTENT_TYPE, render_metrics, scrape
+from .queue.jobs import MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
 
 try:
     from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
@@ -43,7 +44,6 @@ __all__ = ["TOKEN_ENV", "create_api", "create_router"]
 
 TOKEN_ENV = "CRONLOCK_API_TOKEN"
 MAX_BODY_BYTES = 256 * 1024
-MAX_DELAY_SECONDS = 366 * 24 * 3600
 
 
 class ErrorBody(BaseModel):
@@ -54,18 +54,21 @@ class ErrorBody(BaseModel):
 
 
 class EnqueueRequest(BaseModel):
+    """The body of ``POST /jobs``: the types are checked here (strictly: no coercion of "3" to
+    3), the limits are the Python API's own (``queue.jobs``), which checks them again."""
+
     model_config = ConfigDict(extra="forbid")
 
-    job_type: StrictStr = Field(min_length=1, max_length=200)
+    job_type: StrictStr = Field(min_length=1, max_length=MAX_NAME_LENGTH)
     payload: dict[str, Any] = Field(default_factory=dict, description="A JSON object.")
-    max_retries: StrictInt | None = Field(default=None, ge=0, le=100)
+    max_retries: StrictInt | None = Field(default=None, ge=0, le=MAX_RETRIES_LIMIT)
     delay: StrictInt | StrictFloat | None = Field(
-        default=None, ge=0, le=MAX_DELAY_SECONDS, description="Seconds from now."
+        default=None, ge=0, le=MAX_DELAY.total_seconds(), description="Seconds from now."
     )
     run_at: datetime | None = Field(default=None, description="An aware ISO 8601 time.")
     priority: StrictInt = Field(default=0, ge=-(2**31), lt=2**31)
-    queue: StrictStr | None = Field(default=None, min_length=1, max_length=200)
-    dedup_key: StrictStr | None = Field(default=None, min_length=1, max_length=200)
+    queue: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
+    dedup_key: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:

@@ -12,10 +12,8 @@ A dedup key makes a second *waiting* job with that key a no-op that returns the 
 from __future__ import annotations
 
 import functools
-import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
@@ -28,57 +26,9 @@ from ..database import Database
 from ..errors import InvalidJobOption
 from ..pg import AsyncpgStatement
 from ..sql.tables import SCHEMA
-from .jobs import (
-    Enqueued,
-    Handler,
-    check_int4,
-    check_max_retries,
-    check_queue,
-    handler_for,
-    to_json,
-)
+from .jobs import Enqueued, Handler, check_dedup_keys, handler_for, job_options, to_payload
 
 __all__ = ["enqueue_many"]
-
-
-@dataclass(frozen=True)
-class _Options:
-    queue: str
-    priority: int
-    max_retries: int
-    run_at: datetime | None
-    delay: timedelta
-
-
-def _options(
-    handler: Handler,
-    *,
-    max_retries: int | None,
-    delay: float | timedelta | None,
-    run_at: datetime | None,
-    priority: int,
-    queue: str | None,
-) -> _Options:
-    if delay is not None and run_at is not None:
-        raise InvalidJobOption("give delay or run_at, not both")
-    if isinstance(delay, timedelta):
-        delay = delay.total_seconds()
-    if delay is not None and (not isinstance(delay, int | float) or not math.isfinite(delay)):
-        raise InvalidJobOption(f"delay must be a number of seconds, not {delay!r}")
-    if delay is not None and delay < 0:
-        raise InvalidJobOption(f"delay must not be negative, not {delay}")
-    if run_at is not None and run_at.tzinfo is None:
-        raise InvalidJobOption("run_at must be timezone-aware")
-    check_int4("priority", priority)
-    return _Options(
-        queue=check_queue(queue if queue is not None else handler.queue),
-        priority=priority,
-        max_retries=check_max_retries(
-            max_retries if max_retries is not None else handler.max_retries
-        ),
-        run_at=run_at,
-        delay=timedelta(seconds=delay or 0),
-    )
 
 
 async def enqueue_many(
@@ -102,7 +52,7 @@ async def enqueue_many(
     committed on their own before this returns (``_on_own_connection``), in its schema.
     """
     handler = handler_for(handlers, job_type)
-    options = _options(
+    options = job_options(
         handler,
         max_retries=max_retries,
         delay=delay,
@@ -110,16 +60,11 @@ async def enqueue_many(
         priority=priority,
         queue=queue,
     )
-    texts = [to_json(payload, f"payload {i}") for i, payload in enumerate(payloads)]
-    if dedup_keys is None:
-        keys: list[str | None] = [None] * len(texts)
+    if len(payloads) == 1:
+        texts = [to_payload(payloads[0], "the payload")]
     else:
-        keys = list(dedup_keys)
-        if len(keys) != len(texts):
-            raise InvalidJobOption("give one dedup key (or None) per payload")
-        for key in keys:
-            if key is not None and (not isinstance(key, str) or not key):
-                raise InvalidJobOption(f"a dedup key is a non-empty string, not {key!r}")
+        texts = [to_payload(payload, f"payload {i}") for i, payload in enumerate(payloads)]
+    keys = check_dedup_keys(dedup_keys, len(texts))
     if not texts:
         return []
     common = {

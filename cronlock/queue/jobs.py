@@ -11,12 +11,16 @@ failed attempt. ``outcome_of_failure`` is the rule in one pure function.
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import random
+import re
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,25 +30,36 @@ from ..outcome import MAX_MESSAGE_LENGTH, JobStatus
 from ..sql.tables import DEFAULT_QUEUE
 
 __all__ = [
+    "MAX_DELAY",
+    "MAX_NAME_LENGTH",
+    "MAX_RETRIES_LIMIT",
     "Backoff",
     "Enqueued",
     "Handler",
     "Job",
     "JobHandler",
+    "JobOptions",
     "JobOutcome",
+    "check_dedup_keys",
     "check_int4",
     "check_max_retries",
     "check_queue",
     "handler_for",
+    "job_options",
     "outcome_of_failure",
     "outcome_of_success",
     "parse_json",
     "to_json",
+    "to_payload",
 ]
 
 JobHandler: TypeAlias = Callable[[AsyncSession, Any], Awaitable[Any]]
 
 MAX_RETRIES_LIMIT = 100
+# Job types, queue names and dedup keys: 1 to this many characters (a CHECK on job_type/queue).
+MAX_NAME_LENGTH = 200
+# The furthest ahead a delay may put a job (a larger one is almost certainly a unit mistake).
+MAX_DELAY = timedelta(days=366)
 _INT4 = 2**31
 
 
@@ -185,12 +200,65 @@ def outcome_of_failure(
     )
 
 
+def _encode_default(value: Any) -> Any:
+    """The documented encoding of values JSON has no type for (README "Payloads and results")."""
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"{value} is not JSON")
+        return str(value)  # exact, as a string: a JSON number would come back as a float
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, set | frozenset):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# A NUL escape PostgreSQL's jsonb refuses: an odd number of backslashes before u0000 (an even
+# number is an escaped backslash followed by the text "u0000").
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def to_json(value: Any, what: str) -> str:
-    """``value`` as JSON text PostgreSQL's jsonb accepts (no NaN, no Infinity)."""
+    """``value`` as JSON text PostgreSQL's jsonb accepts, or InvalidPayload saying why not.
+
+    Decimal, datetime/date/time, UUID, enums and sets are encoded as README documents; NaN,
+    Infinity, the NUL character (jsonb cannot store it), lone surrogates (no UTF-8 for them)
+    and nesting deeper than Python's recursion limit are refused.
+    """
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(
+            value,
+            allow_nan=False,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=_encode_default,
+        )
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{what} is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidPayload(f"{what} is nested too deeply") from None
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise InvalidPayload(
+            f"{what} contains the NUL character (\\u0000), which jsonb cannot store"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidPayload(f"{what} contains a lone surrogate (not valid Unicode)") from None
+    return text
+
+
+def to_payload(value: Any, what: str) -> str:
+    """A job's payload as JSON text: a JSON object (``None`` is the empty one)."""
+    if value is None:
+        return "{}"
+    if not isinstance(value, Mapping):
+        raise InvalidPayload(f"{what} must be a JSON object, not {type(value).__name__}")
+    return to_json(value, what)
 
 
 def parse_json(text: str, what: str) -> Any:
@@ -203,6 +271,8 @@ def parse_json(text: str, what: str) -> Any:
         return json.loads(text, parse_constant=reject)
     except ValueError as exc:
         raise InvalidPayload(f"{what} is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidPayload(f"{what} is nested too deeply") from None
 
 
 def check_int4(name: str, value: int) -> None:
@@ -211,8 +281,8 @@ def check_int4(name: str, value: int) -> None:
 
 
 def check_queue(queue: str) -> str:
-    if not isinstance(queue, str) or not 1 <= len(queue) <= 200:
-        raise InvalidJobOption(f"invalid queue name {queue!r}: 1 to 200 characters")
+    if not isinstance(queue, str) or not 1 <= len(queue) <= MAX_NAME_LENGTH:
+        raise InvalidJobOption(f"invalid queue name {queue!r}: 1 to {MAX_NAME_LENGTH} characters")
     return queue
 
 
@@ -233,3 +303,71 @@ def handler_for(handlers: Mapping[str, Handler], job_type: str) -> Handler:
         raise UnknownJobType(
             f"no handler registered for job type {job_type!r} (registered: {known})"
         ) from None
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """A new job's options, validated, with the handler's defaults applied."""
+
+    queue: str
+    priority: int
+    max_retries: int
+    run_at: datetime | None
+    delay: timedelta
+
+
+def job_options(
+    handler: Handler,
+    *,
+    max_retries: int | None = None,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    priority: int = 0,
+    queue: str | None = None,
+) -> JobOptions:
+    """The options of a new job, checked the same way for every caller (Python, the command
+    line, HTTP): InvalidJobOption says what is wrong."""
+    if delay is not None and run_at is not None:
+        raise InvalidJobOption("give delay or run_at, not both")
+    if isinstance(delay, timedelta):
+        delay = delay.total_seconds()
+    if delay is not None and (
+        isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay)
+    ):
+        raise InvalidJobOption(f"delay must be a number of seconds, not {delay!r}")
+    if delay is not None and delay < 0:
+        raise InvalidJobOption(f"delay must not be negative, not {delay}")
+    if delay is not None and delay > MAX_DELAY.total_seconds():
+        raise InvalidJobOption(
+            f"delay must be at most {MAX_DELAY.total_seconds():g} seconds ({MAX_DELAY.days} "
+            f"days), not {delay:g}: give run_at for a later time"
+        )
+    if run_at is not None and not isinstance(run_at, datetime):
+        raise InvalidJobOption(f"run_at must be a datetime, not {type(run_at).__name__}")
+    if run_at is not None and run_at.tzinfo is None:
+        raise InvalidJobOption("run_at must be timezone-aware")
+    check_int4("priority", priority)
+    return JobOptions(
+        queue=check_queue(queue if queue is not None else handler.queue),
+        priority=priority,
+        max_retries=check_max_retries(
+            max_retries if max_retries is not None else handler.max_retries
+        ),
+        run_at=run_at,
+        delay=timedelta(seconds=delay or 0),
+    )
+
+
+def check_dedup_keys(keys: Sequence[str | None] | None, count: int) -> list[str | None]:
+    """One dedup key (or None) per new job, each 1 to MAX_NAME_LENGTH characters."""
+    if keys is None:
+        return [None] * count
+    checked = list(keys)
+    if len(checked) != count:
+        raise InvalidJobOption("give one dedup key (or None) per payload")
+    for key in checked:
+        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_NAME_LENGTH):
+            raise InvalidJobOption(
+                f"a dedup key is a string of 1 to {MAX_NAME_LENGTH} characters, not {key!r}"
+            )
+    return checked

@@ -182,8 +182,8 @@ async def test_two_drainers_together_one_active_every_job_once(database: Databas
 
 async def test_priority_then_age(database: Database) -> None:
     async with job_app(database) as app, database.session() as session:
-        low = await app.enqueue(session, "echo", "low")
-        high = await app.enqueue(session, "echo", "high", priority=10)
+        low = await app.enqueue(session, "echo", {"p": "low"})
+        high = await app.enqueue(session, "echo", {"p": "high"}, priority=10)
         await session.commit()
         await app.drain()
     rows = {r["id"]: r for r in await job_rows(database)}

@@ -118,12 +118,33 @@ async def test_dedup_key_holds_under_concurrent_enqueues(database: Database) -> 
     assert sum(a.created for a in answers) == 1  # type: ignore[attr-defined]
 
 
+def _nested(depth: int) -> list[object]:
+    outer: list[object] = []
+    inner = outer
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]  # type: ignore[assignment]
+    return outer
+
+
 @pytest.mark.parametrize(
     ("job_type", "payload", "options", "error", "message"),
     [
         ("nope", {}, {}, UnknownJobType, "no handler registered for job type 'nope'"),
-        ("noop", {"x": object()}, {}, InvalidPayload, "payload 0 is not JSON"),
+        ("noop", {"x": object()}, {}, InvalidPayload, "the payload is not JSON"),
         ("noop", {"x": float("nan")}, {}, InvalidPayload, "not JSON"),
+        ("noop", ["a", "list"], {}, InvalidPayload, "must be a JSON object, not list"),
+        ("noop", "text", {}, InvalidPayload, "must be a JSON object, not str"),
+        ("noop", {"x": "a\x00b"}, {}, InvalidPayload, "NUL character"),
+        ("noop", {"a\x00": 1}, {}, InvalidPayload, "NUL character"),
+        ("noop", {"x": "\ud800"}, {}, InvalidPayload, "lone surrogate"),
+        ("noop", {"x": _nested(5000)}, {}, InvalidPayload, "nested too deeply"),
+        ("noop", {"x": b"bytes"}, {}, InvalidPayload, "bytes is not JSON serializable"),
+        ("noop", {}, {"delay": 1e15}, InvalidJobOption, "delay must be at most"),
+        ("noop", {}, {"delay": "5"}, InvalidJobOption, "delay must be a number"),
+        ("noop", {}, {"run_at": "2030-01-01T00:00:00Z"}, InvalidJobOption, "must be a datetime"),
+        ("noop", {}, {"dedup_key": "k" * 201}, InvalidJobOption, "1 to 200 characters"),
+        ("noop", {}, {"dedup_key": ""}, InvalidJobOption, "1 to 200 characters"),
         ("noop", {}, {"delay": -1}, InvalidJobOption, "delay must not be negative"),
         ("noop", {}, {"max_retries": 10**6}, InvalidJobOption, "max_retries must be between"),
         ("noop", {}, {"max_retries": -1}, InvalidJobOption, "max_retries must be between"),
