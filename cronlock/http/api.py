@@ -16,11 +16,11 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from . import schema, sql
-from .app import App
-from .errors import ConfigurationError, CronlockError
-from .observe.prometheus import CONTENT_TYPE, render_metrics, scrape
-from .queue.jobs import MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
+from .. import schema, sql
+from ..app import App
+from ..errors import ConfigurationError, CronlockError
+from ..observe.prometheus import CONTENT_TYPE, render_metrics, scrape
+from ..queue.jobs import MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
 
 try:
     from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
