@@ -1,18 +1,18 @@
-"""The HTTP API: the reference's enqueue and status endpoints, runs, health and metrics.
+"""The HTTP API's routes: the reference's enqueue and status endpoints, runs, health and metrics.
 
 ``create_router(app)`` is a FastAPI router to mount in your own application;
 ``create_api(app)`` wraps it in a FastAPI app, which ``cronlock serve`` runs with uvicorn. Both
 are the same code. Every write validates first and writes in one transaction, so a bad request
-gets a 4xx with a readable ``detail`` and leaves nothing behind. With a token configured
-(``CRONLOCK_API_TOKEN``), every write needs it as a bearer token, compared in constant time;
-reads stay open (put the router behind your proxy's authentication if they must not).
+gets a 4xx with a readable ``detail`` and leaves nothing behind. Who may call which route, and
+how that is decided before a body is read, is ``access.py``'s: here each route names its
+surface and the router is built on its ``GuardedRoute``.
 """
 
 from __future__ import annotations
 
-import hmac
-import os
+import logging
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -21,9 +21,10 @@ from ..app import App
 from ..errors import ConfigurationError, CronlockError
 from ..observe.prometheus import CONTENT_TYPE, render_metrics, scrape
 from ..queue.jobs import MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
+from .access import TOKEN_ENV, Access, Guard, GuardedRoute, Surface
 
 try:
-    from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+    from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Request, Security
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response
     from pydantic import (
@@ -40,10 +41,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the HTTP API needs the 'http' extra: pip install 'cronlock[http]'"
     ) from exc
 
-__all__ = ["TOKEN_ENV", "create_api", "create_router"]
+__all__ = ["create_api", "create_router"]
 
-TOKEN_ENV = "CRONLOCK_API_TOKEN"
-MAX_BODY_BYTES = 256 * 1024
+logger = logging.getLogger("cronlock.http")
 
 
 class ErrorBody(BaseModel):
@@ -129,34 +129,44 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorBody} for code in codes}
 
 
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, credentials = header.partition(" ")
-    return credentials.strip() if scheme.lower() == "bearer" else None
+def create_router(
+    app: App,
+    *,
+    token: str | None = None,
+    read_token: str | None = None,
+    public: Iterable[str] | str | None = None,
+) -> APIRouter:
+    """The API's routes for ``app``. ``token`` (default ``$CRONLOCK_API_TOKEN``) opens every
+    route, ``read_token`` (default ``$CRONLOCK_API_READ_TOKEN``) every route but writes;
+    ``public`` names the surfaces that need no token (``reads``, ``metrics``, ``healthz``;
+    default ``$CRONLOCK_API_PUBLIC``, then ``healthz``). With no token at all, every route
+    answers anyone, and this logs a WARNING saying so."""
+    access = Access.configure(token=token, read_token=read_token, public=public)
+    if access.open:
+        logger.warning(
+            "the HTTP API has no token: every endpoint, POST /jobs included, answers anyone "
+            "who can reach it (set %s)",
+            TOKEN_ENV,
+            extra={"action": "http_open"},
+        )
+    router = APIRouter(route_class=GuardedRoute)
 
-
-def create_router(app: App, *, token: str | None = None) -> APIRouter:
-    """The API's routes for ``app``; ``token`` defaults to ``$CRONLOCK_API_TOKEN``."""
-    expected = token if token is not None else os.environ.get(TOKEN_ENV) or None
-    router = APIRouter()
-
-    async def writer(request: Request) -> None:
-        """Authenticates a write, then bounds its body, before anything is parsed further."""
-        if expected is not None:
-            given = _bearer(request)
-            if given is None or not hmac.compare_digest(given.encode(), expected.encode()):
-                raise HTTPException(
-                    401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"}
-                )
-        if len(await request.body()) > MAX_BODY_BYTES:
-            raise HTTPException(413, f"the request body is over {MAX_BODY_BYTES} bytes")
+    def guarded(
+        surface: Surface, *codes: int, responses: dict[int | str, dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """A route's guard (none when its surface is public) and the answers it documents."""
+        if access.needs_token(surface):
+            dependencies = [Security(Guard(access, surface))]
+            codes = (401, 403, *codes) if surface == "writes" else (401, *codes)
+        else:
+            dependencies = []
+        return {"dependencies": dependencies, "responses": {**(responses or {}), **_errors(*codes)}}
 
     @router.post(
         "/jobs",
         status_code=201,
         response_model=EnqueueResponse,
-        responses={200: {"model": EnqueueResponse}, **_errors(401, 413, 422)},
-        dependencies=[Depends(writer)],
+        **guarded("writes", 413, 422, responses={200: {"model": EnqueueResponse}}),
         summary="Enqueue a job",
     )
     async def enqueue(body: EnqueueRequest) -> Response:
@@ -186,7 +196,7 @@ def create_router(app: App, *, token: str | None = None) -> APIRouter:
         return JSONResponse(view.model_dump(mode="json"), status_code=200)
 
     @router.get(
-        "/jobs/{job_id}", response_model=JobView, responses=_errors(404, 422), summary="A job"
+        "/jobs/{job_id}", response_model=JobView, **guarded("reads", 404, 422), summary="A job"
     )
     async def get_job(job_id: Annotated[uuid.UUID, Path()]) -> JobView:
         async with app.database.connect() as conn:
@@ -196,7 +206,7 @@ def create_router(app: App, *, token: str | None = None) -> APIRouter:
         return JobView.model_validate(dict(row))
 
     @router.get(
-        "/runs", response_model=list[RunView], responses=_errors(422), summary="Recent runs"
+        "/runs", response_model=list[RunView], **guarded("reads", 422), summary="Recent runs"
     )
     async def list_runs(
         task: Annotated[str | None, Query(max_length=200)] = None,
@@ -209,21 +219,25 @@ def create_router(app: App, *, token: str | None = None) -> APIRouter:
     @router.get(
         "/healthz",
         response_model=Health,
-        responses={503: {"model": Health}},
+        **guarded("healthz", responses={503: {"model": Health}}),
         summary="Database reachable and migrated",
     )
-    async def healthz() -> Response:
+    async def healthz(request: Request) -> Response:
         try:
             await schema.ensure_ready(app.database)
         except CronlockError as exc:
-            return JSONResponse(Health(status="unavailable", detail=str(exc)).model_dump(), 503)
+            # The reason names the database's host and name: a public /healthz gives it only
+            # to a caller with a token (a load balancer needs the status code alone).
+            told = access.open or access.grant(request.headers.get("authorization")) is not None
+            health = Health(status="unavailable", detail=str(exc) if told else None)
+            return JSONResponse(health.model_dump(), 503)
         health = Health(status="ok", revision=schema.head_revision())
         return JSONResponse(health.model_dump())
 
     @router.get(
         "/metrics",
         response_class=Response,
-        responses={200: {"content": {CONTENT_TYPE: {}}}},
+        **guarded("metrics", responses={200: {"content": {CONTENT_TYPE: {}}}}),
         summary="Prometheus metrics",
     )
     async def metrics() -> Response:
@@ -240,8 +254,15 @@ def _readable(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def create_api(app: App, *, token: str | None = None) -> FastAPI:
-    """A FastAPI application serving ``create_router(app)`` (what ``cronlock serve`` runs)."""
+def create_api(
+    app: App,
+    *,
+    token: str | None = None,
+    read_token: str | None = None,
+    public: Iterable[str] | str | None = None,
+) -> FastAPI:
+    """A FastAPI application serving ``create_router(app, ...)`` (what ``cronlock serve``
+    runs), with one error shape for every 4xx."""
     api = FastAPI(
         title="cronlock",
         summary="Periodic tasks and a job queue that need nothing but PostgreSQL.",
@@ -266,5 +287,5 @@ def create_api(app: App, *, token: str | None = None) -> FastAPI:
             headers=exc.headers,
         )
 
-    api.include_router(create_router(app, token=token))
+    api.include_router(create_router(app, token=token, read_token=read_token, public=public))
     return api

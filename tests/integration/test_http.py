@@ -1,10 +1,14 @@
-"""The HTTP API against the real app and a real database: enqueue, read back, refuse bad input."""
+"""The HTTP API against the real app and a real database: enqueue, read back, refuse bad input.
+
+Who may call what is test_http_access.py's; bodies refused unread, test_http_bodies.py's;
+`cronlock serve` itself, test_http_serve.py's."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -13,10 +17,16 @@ from jobsupport import job_app
 from testapps import jobs as jobsapp
 
 from cronlock import App, Database
-from cronlock.http import MAX_BODY_BYTES, create_api
+from cronlock.http import MAX_BODY_BYTES, PUBLIC_ENV, READ_TOKEN_ENV, TOKEN_ENV, create_api
 from cronlock.sql.tables import jobs
 
 TOKEN = "s3cret-token"
+
+
+@pytest.fixture(autouse=True)
+def _no_api_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (TOKEN_ENV, READ_TOKEN_ENV, PUBLIC_ENV):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
@@ -39,13 +49,13 @@ async def test_enqueue_drain_read_back(client: httpx.AsyncClient, database: Data
     assert body["created"] is True
     job_id = body["id"]
 
-    pending = (await client.get(f"/jobs/{job_id}")).json()
+    pending = (await client.get(f"/jobs/{job_id}", headers=AUTH)).json()
     assert pending["status"] == "pending"
 
     result = await jobsapp.app.drain()
     assert result.stats["processed"] == 1
 
-    done = await client.get(f"/jobs/{job_id}")
+    done = await client.get(f"/jobs/{job_id}", headers=AUTH)
     assert done.status_code == 200
     view = done.json()
     assert view["status"] == "completed"
@@ -63,7 +73,7 @@ async def test_failing_job_shows_retries_and_history(
         later += timedelta(hours=2)
         moment = later
         await jobsapp.app.drainer(clock=lambda moment=moment: moment).drain()
-    view = (await client.get(f"/jobs/{job_id}")).json()
+    view = (await client.get(f"/jobs/{job_id}", headers=AUTH)).json()
     assert view["status"] == "failed"
     assert (view["retry_count"], view["max_retries"]) == (2, 2)
     assert [entry["attempt"] for entry in view["error_history"]] == [1, 2, 3]
@@ -137,8 +147,8 @@ async def test_writes_need_the_token(
 
 
 async def test_job_ids_are_checked(client: httpx.AsyncClient) -> None:
-    assert (await client.get(f"/jobs/{uuid.uuid4()}")).status_code == 404
-    malformed = await client.get("/jobs/not-a-uuid")
+    assert (await client.get(f"/jobs/{uuid.uuid4()}", headers=AUTH)).status_code == 404
+    malformed = await client.get("/jobs/not-a-uuid", headers=AUTH)
     assert malformed.status_code == 422
     assert "job_id" in malformed.json()["detail"]
 
@@ -149,8 +159,8 @@ async def test_runs_and_health(database: Database) -> None:
         await app.run("thousand", manual=True)
         transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
         async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
-            runs = (await http.get("/runs")).json()
-            only = (await http.get("/runs", params={"task": "explode"})).json()
+            runs = (await http.get("/runs", headers=AUTH)).json()
+            only = (await http.get("/runs", params={"task": "explode"}, headers=AUTH)).json()
             health = await http.get("/healthz")
     assert [r["task"] for r in runs] == ["thousand", "explode"]
     assert [r["status"] for r in only] == ["failed"]
@@ -172,11 +182,11 @@ async def test_health_reports_an_unmigrated_database(empty_database: Database) -
 
 
 def test_openapi_is_complete() -> None:
-    spec = create_api(App()).openapi()
+    spec = create_api(App(), token=TOKEN).openapi()
     paths = spec["paths"]
     assert set(paths) == {"/jobs", "/jobs/{job_id}", "/runs", "/healthz", "/metrics"}
     post = paths["/jobs"]["post"]
-    assert {"201", "200", "401", "413", "422"} <= set(post["responses"])
+    assert {"201", "200", "401", "403", "413", "422"} <= set(post["responses"])
     assert post["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
         "/ErrorBody"
     )
@@ -185,42 +195,27 @@ def test_openapi_is_complete() -> None:
     ]["$ref"].endswith("/JobView")
 
 
-def test_cronlock_serve(database_url: str) -> None:
-    import os
-    import signal
+def test_openapi_describes_the_bearer_scheme() -> None:
+    spec = create_api(App(), token=TOKEN).openapi()
+    scheme = spec["components"]["securitySchemes"]
+    assert list(scheme) == ["bearer"]
+    assert (scheme["bearer"]["type"], scheme["bearer"]["scheme"]) == ("http", "bearer")
+    operations = _operations(spec)
+    secured = {name for name, op in operations.items() if op.get("security")}
+    assert secured == {"POST /jobs", "GET /jobs/{job_id}", "GET /runs", "GET /metrics"}
+    assert all(operations[name]["security"] == [{"bearer": []}] for name in secured)
+    assert all("401" in operations[name]["responses"] for name in secured)
+    assert "401" not in operations["GET /healthz"]["responses"]  # public by default
 
-    from cli import free_port, start_cli
-    from waiting import wait_for
+    # What is public is documented as such: no scheme at all on an API with no token.
+    open_spec = create_api(App(), public="reads,metrics,healthz", token=TOKEN).openapi()
+    assert [op for op, o in _operations(open_spec).items() if o.get("security")] == ["POST /jobs"]
+    assert "securitySchemes" not in create_api(App()).openapi().get("components", {})
 
-    port = free_port()
-    proc = start_cli(
-        "--app",
-        "testapps.jobs",
-        "serve",
-        "--port",
-        str(port),
-        database_url=database_url,
-        CRONLOCK_API_TOKEN=TOKEN,
-    )
-    base = f"http://127.0.0.1:{port}"
 
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return proc.poll() is not None  # stop waiting if it died
-
-    try:
-        wait_for(healthy, timeout=30)
-        assert proc.poll() is None, proc.communicate()
-        denied = httpx.post(f"{base}/jobs", json={"job_type": "echo"})
-        made = httpx.post(f"{base}/jobs", json={"job_type": "echo"}, headers=AUTH)
-        assert (denied.status_code, made.status_code) == (401, 201)
-        read = httpx.get(f"{base}/jobs/{made.json()['id']}")
-        assert read.json()["status"] == "pending"
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        _, log = proc.communicate(timeout=30)
-    # uvicorn shuts down gracefully, then re-raises the signal (exit status -SIGTERM).
-    assert "Finished server process" in log
-    assert proc.returncode in (0, -signal.SIGTERM)
+def _operations(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        f"{method.upper()} {path}": operation
+        for path, methods in spec["paths"].items()
+        for method, operation in methods.items()
+    }
