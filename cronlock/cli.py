@@ -751,22 +751,50 @@ def worker(
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option(
+    "--public",
+    metavar="SURFACES",
+    help="What answers without a token: any of reads, metrics, healthz, comma-separated, or "
+    "none (env CRONLOCK_API_PUBLIC; default: healthz).",
+)
+@click.option(
+    "--insecure-open",
+    is_flag=True,
+    help="With no token, listen on a non-loopback --host anyway: anyone who can reach it may "
+    "enqueue jobs and read them.",
+)
 @pass_options
-def serve(options: Options, host: str, port: int) -> None:
+def serve(options: Options, host: str, port: int, public: str | None, insecure_open: bool) -> None:
     """The HTTP API (POST /jobs, GET /jobs/{id}, /runs, /healthz, /metrics) on uvicorn.
 
-    Writes need $CRONLOCK_API_TOKEN as a bearer token when it is set."""
+    Every endpoint but /healthz needs $CRONLOCK_API_TOKEN as a bearer token
+    ($CRONLOCK_API_READ_TOKEN for all but writes). With neither set, everything is open, and
+    only a loopback --host is allowed unless --insecure-open."""
     try:
         import uvicorn
 
-        from .http import create_api
+        from .http import TOKEN_ENV, Access, create_api, is_loopback
     except ImportError:
         raise UsageFailure(
             "`cronlock serve` needs the 'http' extra: pip install 'cronlock[http]'"
         ) from None
+    access = Access.configure(public=public)
+    if access.open and not is_loopback(host) and not insecure_open:
+        raise UsageFailure(
+            f"refusing to listen on {host} with no API token: anyone who can reach it could "
+            f"enqueue jobs and read them; set {TOKEN_ENV} (or pass --insecure-open)"
+        )
     app = options.load_app()
     options.database(app)
-    uvicorn.run(create_api(app), host=host, port=port, log_level="info")
+    api = create_api(app, public=public)
+    if access.open:
+        reach = "any process on this machine" if is_loopback(host) else "anyone who can reach it"
+        click.echo(
+            f"cronlock serve: {host}:{port} has no token: {reach} may enqueue jobs and read "
+            f"their payloads, results and errors (set {TOKEN_ENV})",
+            err=True,
+        )
+    uvicorn.run(api, host=host, port=port, log_level="info")
 
 
 # -- cronlock bench (issue 5) ----------------------------------------------------------------
