@@ -392,12 +392,66 @@ def _health_line(entry: dict[str, Any]) -> str:
 
 
 @cli.command()
+@click.option(
+    "--directory",
+    type=click.Path(file_okay=False),
+    help="Project directory the lines cd to, for --app to import (default: this one).",
+)
+@click.option(
+    "--cronlock",
+    "cronlock_command",
+    help="The command the lines run (default: this environment's cronlock, by absolute path).",
+)
+@click.option(
+    "--log",
+    help="File the lines append their output to (default: ~/.local/state/cronlock/cron.log).",
+)
+@click.option(
+    "--env-file",
+    help="A file of KEY=value lines (CRONLOCK_DATABASE_URL=…) each line sources: the place "
+    "for a password.",
+)
+@click.option(
+    "--cron-timezone",
+    help="The zone cron runs in on the host the lines are for (default: this host's).",
+)
+@click.option("--user", help="System crontab format (/etc/cron.d) with this user field.")
+@click.option(
+    "--task", "task_names", multiple=True, help="Only this task (repeatable; no drain line)."
+)
 @pass_options
-def crontab(options: Options) -> None:
-    """Print crontab lines for the registered tasks."""
-    from .crontab import render
+def crontab(
+    options: Options,
+    directory: str | None,
+    cronlock_command: str | None,
+    log: str | None,
+    env_file: str | None,
+    cron_timezone: str | None,
+    user: str | None,
+    task_names: tuple[str, ...],
+) -> None:
+    """Print crontab lines for the registered tasks that run as they are under cron."""
+    from . import crontab as lines
 
-    click.echo(render(options.load_app(), options.app_spec), nl=False)
+    app = options.load_app()
+    setup = lines.setup_for(
+        app,
+        options.app_spec,
+        database_url=options.database_url,
+        schema=options.schema,
+        pgbouncer=options.pgbouncer,
+        directory=directory,
+        cronlock=cronlock_command,
+        log=log,
+        env_file=env_file,
+        cron_timezone=cron_timezone,
+        user=user,
+        tasks=task_names,
+    )
+    text = lines.render(app, setup)
+    for warning in lines.warnings(setup):
+        click.echo(f"cronlock: warning: {warning}", err=True)
+    click.echo(text, nl=False)
 
 
 @cli.command()

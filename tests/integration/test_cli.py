@@ -169,13 +169,6 @@ def test_list_json() -> None:
     assert thousand["next_fire_time_utc"].endswith("+00:00")
 
 
-def test_crontab_example_is_the_output_for_tasks() -> None:
-    done = run_cli("crontab", database_url=None)
-    assert done.returncode == 0, done.stderr
-    assert (ROOT / "crontab.example").read_text() == done.stdout
-    assert "*/15 * * * *  cronlock --app tasks run reindex-fts" in done.stdout
-
-
 async def test_status_json_lists_last_runs(database: Database, database_url: str) -> None:
     await create_scratch(database)
     run_cli("--app", "testapps.items", "run", "explode", "--manual", database_url=database_url)
