@@ -63,12 +63,13 @@ class PeriodicTask:
 def resolve_slot(
     task: PeriodicTask, moment: datetime, *, grace: timedelta | None = None
 ) -> datetime | None:
-    """The slot an invocation at ``moment`` belongs to, or None outside every slot's grace."""
+    """The slot an invocation at ``moment`` belongs to, or None outside every slot's grace.
+
+    The schedule decides (``CronSchedule.invocation_slot``): the upcoming fire time within
+    ``early``, else the latest within ``grace``, and, around a DST jump, the slot cron's own
+    catch-up invocation is for, so a time cron fires never lands outside a slot.
+    """
     policy = task.policy
-    upcoming = task.schedule.next_fire_time(moment)
-    if upcoming is not None and upcoming - moment <= policy.early:
-        return upcoming
-    latest = task.schedule.slot_at(moment)
-    if latest is not None and moment - latest <= (policy.grace if grace is None else grace):
-        return latest
-    return None
+    return task.schedule.invocation_slot(
+        moment, early=policy.early, grace=policy.grace if grace is None else grace
+    )

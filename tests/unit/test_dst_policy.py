@@ -140,3 +140,22 @@ def test_a_wall_clock_cron_in_the_repeated_hour_belongs_to_the_first_occurrence(
     first = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)  # 02:30 CEST
     second = datetime(2026, 10, 25, 1, 30, 2, tzinfo=UTC)  # 02:30 CET
     assert madrid.invocation_slot(second, early=EARLY, grace=GRACE) == first
+
+
+def test_a_run_started_by_crons_catch_up_belongs_to_the_jumps_slot() -> None:
+    """The run path maps invocations with the schedule's rule: cron starting a skipped hour's
+    sixty fixed-time minutes 10 s apart reaches `cronlock run` ten minutes after the jump,
+    past the 60 s grace, and that is still the jump's slot, never `no_slot`."""
+    from cronlock import App
+    from cronlock.periodic import resolve_slot
+
+    app = App()
+
+    @app.periodic("each-minute-of-two", cron="0-59 2 * * *", timezone="Europe/Madrid")
+    async def body(run: object) -> None:
+        return None
+
+    task = app.task("each-minute-of-two")
+    jump = datetime(2026, 3, 29, 1, tzinfo=UTC)  # 02:00 CET -> 03:00 CEST
+    assert resolve_slot(task, jump + timedelta(minutes=10)) == jump
+    assert resolve_slot(task, jump + timedelta(minutes=30)) is None
