@@ -58,9 +58,12 @@ class Options:
     def database(self, app: App | None = None) -> Database:
         url = self.database_url or (app.database_url if app else None)
         if url is None:
-            url = embedded.start()
+            server = embedded.start()
+            url = server.url
             click.echo(
-                f"cronlock: using the embedded PostgreSQL in {embedded.data_directory()} "
+                server.created_line()
+                if server.created
+                else f"cronlock: using the embedded PostgreSQL in {server.directory} "
                 "(set CRONLOCK_DATABASE_URL to use your own)",
                 err=True,
             )
@@ -478,6 +481,40 @@ def demo(options: Options) -> None:
     lines = _run(lambda: run_demo(app, database, setup, where), app)
     for line in lines:
         click.echo(line)
+
+
+@cli.group("embedded")
+def embedded_group() -> None:
+    """The embedded PostgreSQL (the default with no database configured): status, stop, remove."""
+
+
+@embedded_group.command("status")
+def embedded_status() -> None:
+    """Where the embedded server is, who owns it, and whether it is running."""
+    click.echo(_embedded_line(embedded.state()))
+
+
+@embedded_group.command("stop")
+def embedded_stop() -> None:
+    """Stop the embedded server (the next command that needs it starts it again)."""
+    before = embedded.stop()
+    click.echo(f"stopped: {before.directory}" if before.running else _embedded_line(before))
+
+
+@embedded_group.command("remove")
+def embedded_remove() -> None:
+    """Stop the embedded server and delete its data directory (everything cronlock made)."""
+    before = embedded.remove()
+    click.echo(f"removed: {before.directory}" if before.exists else _embedded_line(before))
+
+
+def _embedded_line(state: embedded.State) -> str:
+    if not state.exists:
+        return f"absent: {state.directory} (nothing created yet)"
+    if state.running:
+        where = f": {state.url}" if state.url else ", still starting"
+        return f"running: {state.directory} (pid {state.pid}, as {state.owner}){where}"
+    return f"stopped: {state.directory} (owned by {state.owner})"
 
 
 # -- the job queue: enqueue, drain, worker ---------------------------------------------------

