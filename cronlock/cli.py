@@ -461,15 +461,9 @@ def crontab(
 @pass_options
 def demo(options: Options) -> None:
     """The whole story on the embedded default, end to end, with a summary."""
-    from .demo import run_demo
+    from .demo import demo_app, run_demo
 
-    app = options.load_app()
-    setup = getattr(sys.modules.get(options.app_spec.partition(":")[0]), "setup_demo", None)
-    if setup is None or "reindex-fts" not in app.tasks:
-        raise UsageFailure(
-            "the demo runs the examples in tasks/: run it from the cronlock repository "
-            "(or pass --app tasks)"
-        )
+    app, setup, app_spec = demo_app(options.app_spec if options.app_given else None)
     where = (
         f"the embedded PostgreSQL in {embedded.data_directory()}"
         if options.database_url is None and app.database_url is None
@@ -478,7 +472,7 @@ def demo(options: Options) -> None:
     database = options.database(app)
     if logging.getLogger().level >= logging.WARNING:  # the summary lists the failed items
         logging.getLogger("cronlock.periodic").setLevel(logging.ERROR)
-    lines = _run(lambda: run_demo(app, database, setup, where), app)
+    lines = _run(lambda: run_demo(app, database, setup, where, app_spec), app)
     for line in lines:
         click.echo(line)
 
