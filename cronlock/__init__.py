@@ -36,6 +36,7 @@ from .periodic import Misfire, PeriodicTask, Run, SlotPolicy
 from .queue.drainer import CommitMode, Drainer, Keepalive
 from .queue.jobs import Backoff, Enqueued, Job
 from .scheduler import Scheduler
+from .service import serve_drain, serve_scheduler, serve_worker
 
 __all__ = [
     "App",
@@ -73,6 +74,9 @@ __all__ = [
     "UnknownTask",
     "lock_key",
     "namespace_key",
+    "serve_drain",
+    "serve_scheduler",
+    "serve_worker",
 ]
 
 # Show the public names as cronlock.X in reprs and docs, as httpx does.

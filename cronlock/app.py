@@ -8,14 +8,17 @@ namespace share an advisory lock key.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from . import schema
 from .cron import CronSchedule
 from .database import Database
 from .errors import (
@@ -29,7 +32,14 @@ from .errors import (
 from .locks import lock_key, namespace_key
 from .outcome import DrainResult, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
-from .queue.drainer import CommitMode, Drainer
+from .queue.drainer import (
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_KEEPALIVE,
+    DEFAULT_POLL_INTERVAL,
+    CommitMode,
+    Drainer,
+    Keepalive,
+)
 from .queue.enqueue import enqueue_many
 from .queue.jobs import Backoff, Enqueued, Handler, JobHandler, check_max_retries, check_queue
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
@@ -296,13 +306,23 @@ class App:
     def drainer(
         self,
         *,
-        queue: str = "default",
+        queue: str = DEFAULT_QUEUE,
         commit_mode: CommitMode | str = CommitMode.STRICT,
         batch_size: int | None = None,
         concurrency: int = 1,
-        **options: Any,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
+        clock: Callable[[], datetime] | None = None,
+        rng: random.Random | None = None,
     ) -> Drainer:
-        """A drainer of ``queue`` on this app's database (see ``cronlock.drainer``)."""
+        """A drainer of ``queue`` on this app's database, with this app's handlers.
+
+        ``batch_size`` applies to the ``batch`` commit mode (default ``DEFAULT_BATCH_SIZE``,
+        50); ``concurrency`` lanes run jobs at once; an idle drainer looks for due jobs every
+        ``poll_interval`` seconds when no notification wakes it. ``clock`` and ``rng`` are for
+        tests (the retry backoff's time and jitter). See ``cronlock.queue.drainer``.
+        """
         return Drainer(
             self.database,
             self.handlers,
@@ -310,14 +330,41 @@ class App:
             commit_mode=commit_mode,
             batch_size=batch_size,
             concurrency=concurrency,
-            **options,
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+            keepalive=keepalive,
+            clock=clock,
+            rng=rng,
         )
 
     async def drain(
-        self, *, queue: str = "default", max_seconds: float | None = None, **options: Any
+        self,
+        *,
+        max_seconds: float | None = None,
+        queue: str = DEFAULT_QUEUE,
+        commit_mode: CommitMode | str = CommitMode.STRICT,
+        batch_size: int | None = None,
+        concurrency: int = 1,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
+        clock: Callable[[], datetime] | None = None,
+        rng: random.Random | None = None,
     ) -> DrainResult:
-        """The built-in task ``drain``: process due jobs until none is due (or the budget)."""
-        return await self.drainer(queue=queue, **options).drain(max_seconds=max_seconds)
+        """The built-in task ``drain``: process due jobs until none is due (or ``max_seconds``
+        passed); skipped when another drainer is active. The options are ``drainer()``'s."""
+        drainer = self.drainer(
+            queue=queue,
+            commit_mode=commit_mode,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+            keepalive=keepalive,
+            clock=clock,
+            rng=rng,
+        )
+        return await drainer.drain(max_seconds=max_seconds)
 
     # -- database ------------------------------------------------------------------------
 
@@ -351,6 +398,32 @@ class App:
         a manual run is recorded as such and claims no slot.
         """
         return await execute(self.database, self.task(name), now=now, manual=manual, grace=grace)
+
+    async def migrate(self) -> str:
+        """Create or upgrade cronlock's schema in the app's database, as ``cronlock migrate``
+        does (idempotent, safe from several hosts at once); the revision it is now at.
+
+        An unreachable database is a ``DatabaseUnavailable`` with one readable line.
+        """
+        try:
+            await schema.upgrade(self.database)
+        except (OSError, DBAPIError, TimeoutError) as exc:
+            raise DatabaseUnavailable(
+                schema.describe_connection_error(self.database, exc)
+            ) from None
+        return schema.head_revision()
+
+    async def status(self, *, limit: int = 5) -> dict[str, Any]:
+        """What ``cronlock status --json`` prints: per task its last ``limit`` runs and its
+        health, and the queue (counts, the oldest due job, failures, rates, drainers).
+
+        A database that is unreachable or not migrated to head is a ``DatabaseUnavailable``.
+        """
+        # observe.status reads the App's registry: imported here, where no cycle can form.
+        from .observe.status import collect
+
+        await schema.ensure_ready(self.database)
+        return await collect(self, self.database, limit=limit)
 
     async def aclose(self) -> None:
         if self._database is not None:

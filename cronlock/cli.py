@@ -7,11 +7,9 @@ configuration error (one line on stderr, never a traceback), 3 partial.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import logging
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,8 +25,11 @@ from .database import Database
 from .errors import CronlockError, DatabaseUnavailable, InvalidJobOption
 from .loader import load_app
 from .outcome import DrainResult, RunResult, RunStatus
-from .queue.drainer import CommitMode, Drainer
+from .queue.drainer import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode
 from .queue.jobs import Enqueued
+from .scheduler import DEFAULT_SHUTDOWN_GRACE, Scheduler
+from .service import DEFAULT_GRACE_PERIOD, serve_drain, serve_scheduler, serve_worker
+from .sql.tables import DEFAULT_QUEUE
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "cli", "main"]
 
@@ -589,18 +590,20 @@ def enqueue(
 
 @dataclass(frozen=True)
 class DrainOptions:
-    queue: str = "default"
+    queue: str = DEFAULT_QUEUE
     commit_mode: str = CommitMode.STRICT.value
     batch_size: int | None = None
     concurrency: int = 1
-    grace_period: float = 30.0
-    poll_interval: float = 5.0
+    grace_period: float = DEFAULT_GRACE_PERIOD
+    poll_interval: float = DEFAULT_POLL_INTERVAL
 
 
 def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
-            click.option("--queue", default="default", show_default=True, help="Queue to drain."),
+            click.option(
+                "--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue to drain."
+            ),
             click.option(
                 "--commit-mode",
                 type=click.Choice([mode.value for mode in CommitMode]),
@@ -612,7 +615,7 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--batch-size",
                 type=click.IntRange(1, 10_000),
-                help="Jobs per claim in batch mode (default 50).",
+                help=f"Jobs per claim in batch mode (default {DEFAULT_BATCH_SIZE}).",
             ),
             click.option(
                 "--concurrency",
@@ -624,7 +627,7 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--grace-period",
                 type=click.FloatRange(0),
-                default=30.0,
+                default=DEFAULT_GRACE_PERIOD,
                 show_default=True,
                 help="Seconds jobs in flight get to finish after SIGTERM/SIGINT.",
             ),
@@ -632,24 +635,6 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
     ):
         command = option(command)
     return command
-
-
-def _on_signals(drainer: Drainer, grace_period: float) -> None:
-    """SIGTERM/SIGINT: stop claiming, let jobs in flight finish within the grace period;
-    a second signal, or the end of the grace period, aborts them (they roll back)."""
-    loop = asyncio.get_running_loop()
-    received: list[int] = []
-
-    def handle(signum: int) -> None:
-        received.append(signum)
-        if len(received) == 1:
-            drainer.stop()
-            loop.call_later(grace_period, drainer.abort)
-        else:
-            drainer.abort()
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, handle, signum)
 
 
 def _metrics_server() -> Any:
@@ -687,10 +672,12 @@ def _drain(
             concurrency=drain_options.concurrency,
             poll_interval=drain_options.poll_interval,
         )
-        _on_signals(drainer, drain_options.grace_period)
+        grace = drain_options.grace_period
         if daemon:
-            return await drainer.work()
-        return await drainer.drain(max_seconds=max_seconds)
+            return await serve_worker(drainer, grace_period=grace, handle_signals=True)
+        return await serve_drain(
+            drainer, max_seconds=max_seconds, grace_period=grace, handle_signals=True
+        )
 
     result = _run(go, app)
     if as_json or daemon:
@@ -796,7 +783,7 @@ def drain(
 @click.option(
     "--poll-interval",
     type=click.FloatRange(0.01),
-    default=5.0,
+    default=DEFAULT_POLL_INTERVAL,
     show_default=True,
     help="Seconds between checks when no notification comes (LISTEN/NOTIFY wakes it at once).",
 )
@@ -894,7 +881,9 @@ def serve(options: Options, host: str, port: int, public: str | None, insecure_o
 )
 @click.option("--modes", metavar="MODE,…", help="Commit modes to drain in [default: strict,batch].")
 @click.option(
-    "--batch-size", type=click.IntRange(1, 10_000), help="Jobs per batch in batch mode (50)."
+    "--batch-size",
+    type=click.IntRange(1, 10_000),
+    help=f"Jobs per batch in batch mode ({DEFAULT_BATCH_SIZE}).",
 )
 @click.option(
     "--latency-rate",
@@ -1014,7 +1003,7 @@ def main() -> None:
 @click.option(
     "--shutdown-grace",
     type=click.FloatRange(min=0),
-    default=30.0,
+    default=DEFAULT_SHUTDOWN_GRACE,
     show_default=True,
     help="Seconds a run in flight may take to finish after SIGTERM before it is rolled back.",
 )
@@ -1033,78 +1022,19 @@ def scheduler(
     so several schedulers and crontab lines may fire the same task: one run per slot. On start,
     slots missed while no scheduler ran are handled by each task's misfire policy.
     """
-    from .scheduler import Scheduler, Service
-
     app = options.load_app()
     for name in task_names:
         app.task(name)
-    services: list[Service] = []
-    if with_drainer:
-        services.append(_drainer_service(app, shutdown_grace))
     database = options.database(app)
 
     async def go() -> None:
         await schema.ensure_ready(database)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        daemon = Scheduler(
-            app,
-            database,
-            tasks=task_names or None,
-            shutdown_grace=shutdown_grace,
-            services=services,
-        )
+        daemon = Scheduler(app, tasks=task_names or None, shutdown_grace=shutdown_grace)
         click.echo(
             f"cronlock: scheduler firing {len(daemon.tasks)} task(s); SIGTERM stops it", err=True
         )
-        await daemon.serve(stop)
-
-    _run(go, app)
-
-
-# Seconds before a drainer that ended on its own (it lost its database) starts again.
-DRAINER_RESTART_DELAY = 5.0
-
-
-def _drainer_service(
-    app: App, shutdown_grace: float, restart_delay: float = DRAINER_RESTART_DELAY
-) -> Any:
-    """The queue's worker as a scheduler service (`scheduler --with-drainer`): it stands by or
-    drains the default queue beside the periodic tasks, and stops with the scheduler (jobs in
-    flight get the same grace as runs in flight).
-
-    A drainer that ends while the scheduler goes on (a lane lost its database) is started
-    again after ``restart_delay``: in one process the scheduler is its supervisor, and the
-    process does not exit for systemd to restart it."""
-
-    async def serve_once(stop: asyncio.Event) -> None:
-        drainer = app.drainer()
-
-        async def stop_with_the_scheduler() -> None:
-            await stop.wait()
-            drainer.stop()
-            asyncio.get_running_loop().call_later(shutdown_grace, drainer.abort)
-
-        watcher = asyncio.create_task(stop_with_the_scheduler())
-        try:
-            result = await drainer.work()
-        finally:
-            watcher.cancel()
-        logging.getLogger("cronlock.drainer").log(
-            logging.INFO if stop.is_set() else logging.WARNING,
-            "drainer stopped: %s",
-            json.dumps(result.to_dict()),
-            extra={"action": "drainer_stopped", "queue": result.queue},
+        await serve_scheduler(
+            daemon, drainer=app.drainer if with_drainer else None, handle_signals=True
         )
 
-    async def serve(stop: asyncio.Event) -> None:
-        while True:
-            await serve_once(stop)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), restart_delay)
-            if stop.is_set():
-                return
-
-    return serve
+    _run(go, app)

@@ -41,12 +41,14 @@ from .database import Database
 from .outcome import RunResult, RunTrigger, SkipReason
 from .periodic import Misfire, PeriodicTask, record_missed, resolve_slot, run_slot
 
-__all__ = ["Clock", "ScheduleTrigger", "Scheduler", "jitter_for"]
+__all__ = ["DEFAULT_SHUTDOWN_GRACE", "Clock", "ScheduleTrigger", "Scheduler", "jitter_for"]
 
 logger = logging.getLogger("cronlock.scheduler")
 
 Clock = Callable[[], datetime]
-Service = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+# Seconds runs in flight get to finish and commit after a stop request (SIGTERM).
+DEFAULT_SHUTDOWN_GRACE = 30.0
 
 _TICK = timedelta(microseconds=1)
 # The most slots one wake looks back over (see Scheduler._unrecorded).
@@ -103,20 +105,18 @@ class Scheduler:
     def __init__(
         self,
         app: App,
-        database: Database,
+        database: Database | None = None,
         *,
         clock: Clock = _utcnow,
         tasks: Sequence[str] | None = None,
-        shutdown_grace: float = 30.0,
-        services: Sequence[Service] = (),
+        shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
     ) -> None:
+        """``database`` defaults to the app's; tests give each scheduler its own engine."""
         self.app = app
-        self.database = database
+        self.database = database if database is not None else app.database
         self.clock = clock
         self.tasks = [app.task(name) for name in tasks] if tasks else list(app.tasks.values())
         self.shutdown_grace = shutdown_grace
-        # Other long-running parts served by the same process (the drainer, `--with-drainer`).
-        self.services = list(services)
         self._horizon: dict[str, datetime] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
         self._apscheduler: AsyncIOScheduler | None = None
@@ -298,13 +298,11 @@ class Scheduler:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Run until ``stop`` is set, then shut down gracefully."""
+        """Run until ``stop`` is set, then shut down gracefully (``cronlock.serve_scheduler``
+        adds the signals and a drainer beside it)."""
         self.start()
-        services = [asyncio.create_task(service(stop)) for service in self.services]
         try:
             await stop.wait()
         finally:
             await self.stop()
-            if services:
-                await asyncio.gather(*services, return_exceptions=True)
         logger.info("scheduler stopped", extra={"action": "scheduler_stopped"})

@@ -59,7 +59,7 @@ from ..locks import lock_key, namespace_key
 from ..observe.stats import DrainStats
 from ..outcome import DrainResult, JobStatus, RunStatus, error_line
 from ..pg import AsyncpgStatement
-from ..sql.tables import jobs_channel
+from ..sql.tables import DEFAULT_QUEUE, jobs_channel
 from .jobs import (
     Backoff,
     Handler,
@@ -77,6 +77,10 @@ logger = logging.getLogger("cronlock.drainer")
 
 DRAINER_NAMESPACE = namespace_key("cronlock-drainer")
 DEFAULT_BATCH_SIZE = 50  # below PostgreSQL's 64 cached subtransactions per backend
+# Seconds between checks for due jobs when no notification comes (LISTEN/NOTIFY wakes at once).
+DEFAULT_POLL_INTERVAL = 5.0
+# Seconds between heartbeats (the workers row, the lock connection's ping).
+DEFAULT_HEARTBEAT_INTERVAL = 2.0
 _HOST = socket.gethostname()
 
 
@@ -110,6 +114,10 @@ class Keepalive:
             "user_timeout": str(self.user_timeout_ms),
             "is_local": is_local,
         }
+
+
+# The lock connection's keepalives unless a drainer is given others (None: the server's).
+DEFAULT_KEEPALIVE = Keepalive()
 
 
 class _JobSession(Session):
@@ -166,13 +174,13 @@ class Drainer:
         database: Database,
         handlers: Mapping[str, Handler],
         *,
-        queue: str = "default",
+        queue: str = DEFAULT_QUEUE,
         commit_mode: CommitMode | str = CommitMode.STRICT,
         batch_size: int | None = None,
         concurrency: int = 1,
-        poll_interval: float = 5.0,
-        heartbeat_interval: float = 2.0,
-        keepalive: Keepalive | None = Keepalive(),
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
     ) -> None:
