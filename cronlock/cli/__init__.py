@@ -1,0 +1,116 @@
+"""The ``cronlock`` command line (click): the group, its options, errors as exit codes.
+
+``asyncio.run`` lives in this package and nowhere else. Each command parses its options,
+calls the library, renders what it got (``render``) and exits with its code (``context``):
+
+    runs       run, list, crontab, demo       the periodic tasks
+    queue      enqueue, drain, worker         the job queue
+    scheduler  scheduler                      the scheduler daemon
+    admin      migrate, status                the schema and what the tables record
+    embedded   embedded status|stop|remove    the embedded PostgreSQL
+    serve      serve                          the HTTP API (extra 'http')
+    bench      bench                          measure cronlock on this database
+
+Exit codes (DESIGN.md): 0 completed or skipped, 1 the run failed and rolled back, 2 usage or
+configuration error (one line on stderr, never a traceback), 3 partial.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import CronlockError
+from . import admin, bench, embedded, queue, runs, scheduler, serve
+from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, Options, UsageFailure
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "cli", "main"]
+
+
+class CronlockGroup(click.Group):
+    """Turns cronlock's errors into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CronlockError as exc:
+            raise UsageFailure(str(exc)) from None
+        except BrokenPipeError:  # stdout closed early (`| head`): nothing left to say
+            sys.stderr.close()
+            sys.exit(EXIT_OK)
+        except (OSError, DBAPIError, TimeoutError) as exc:
+            original = getattr(exc, "orig", None) or exc
+            raise UsageFailure(f"database error: {type(original).__name__}: {original}") from None
+
+
+@click.group(cls=CronlockGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--app",
+    "app_spec",
+    envvar="CRONLOCK_APP",
+    default=None,
+    help="MODULE[:ATTR] holding the cronlock App (env CRONLOCK_APP; default: tasks).",
+)
+@click.option(
+    "--database-url",
+    envvar="CRONLOCK_DATABASE_URL",
+    help="postgresql://… (env CRONLOCK_DATABASE_URL; default: the embedded PostgreSQL).",
+)
+@click.option("--schema", envvar="CRONLOCK_SCHEMA", help="PostgreSQL schema for cronlock's tables.")
+@click.option(
+    "--pgbouncer",
+    envvar="CRONLOCK_PGBOUNCER",
+    is_flag=True,
+    help="The URL is a PgBouncer in transaction mode (env CRONLOCK_PGBOUNCER=1).",
+)
+@click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
+@click.version_option(package_name="cronlock")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    app_spec: str | None,
+    database_url: str | None,
+    schema: str | None,
+    pgbouncer: bool,
+    verbose: int,
+) -> None:
+    """Periodic tasks and a job queue that need nothing but PostgreSQL."""
+    logging.basicConfig(
+        level=max(logging.WARNING - 10 * verbose, logging.DEBUG),
+        format="cronlock: %(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+    ctx.obj = Options(
+        app_spec=app_spec or "tasks",
+        app_given=app_spec is not None,
+        database_url=database_url,
+        schema=schema,
+        pgbouncer=pgbouncer,
+    )
+
+
+for _command in (
+    admin.migrate,
+    runs.list_tasks,
+    runs.run_task,
+    admin.status,
+    runs.crontab,
+    runs.demo,
+    embedded.embedded_group,
+    queue.enqueue,
+    queue.drain,
+    queue.worker,
+    serve.serve,
+    bench.bench,
+    scheduler.scheduler,
+):
+    cli.add_command(_command)
+del _command
+
+
+def main() -> None:
+    cli(prog_name="cronlock")

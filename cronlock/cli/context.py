@@ -1,0 +1,106 @@
+"""What every command shares: the global options (the app, its database), the exit codes, and
+the one ``asyncio.run``.
+
+Exit codes (DESIGN.md): 0 completed or skipped, 1 the run failed and rolled back, 2 usage or
+configuration error (one line on stderr, never a traceback), 3 partial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import NoReturn, TypeVar
+
+import click
+
+from .. import embedded
+from ..app import App
+from ..database import Database
+from ..loader import load_app
+from ..outcome import DrainResult, RunResult, RunStatus
+from ..sql.tables import SCHEMA
+from . import render
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_PARTIAL",
+    "EXIT_USAGE",
+    "Options",
+    "UsageFailure",
+    "exit_code",
+    "exit_with",
+    "pass_options",
+    "run",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_PARTIAL = 3
+
+T = TypeVar("T")
+
+
+class UsageFailure(click.ClickException):
+    exit_code = EXIT_USAGE
+
+
+@dataclass
+class Options:
+    """The group's options, given to every command."""
+
+    app_spec: str
+    app_given: bool
+    database_url: str | None
+    schema: str | None
+    pgbouncer: bool
+
+    def load_app(self) -> App:
+        return load_app(self.app_spec)
+
+    def database(self, app: App | None = None) -> Database:
+        """Point ``app`` at the database the options name (without an app: a bare Database)."""
+        url = self.database_url or (app.database_url if app else None)
+        if url is None:
+            server = embedded.start()
+            url = server.url
+            note = server.created_line() if server.created else render.embedded_note(server)
+            click.echo(note, err=True)
+        if app is not None:
+            return app.use_database(url, schema=self.schema, pgbouncer=self.pgbouncer)
+        return Database(url, schema=self.schema or SCHEMA, pgbouncer=self.pgbouncer)
+
+
+pass_options = click.make_pass_decorator(Options)
+
+
+def run(coro_fn: Callable[[], Awaitable[T]], *closing: App | Database) -> T:
+    """The command's coroutine on a loop of its own, closing ``closing`` after it."""
+
+    async def main() -> T:
+        try:
+            return await coro_fn()
+        finally:
+            for item in closing:
+                await (item.aclose() if isinstance(item, App) else item.dispose())
+
+    return asyncio.run(main())
+
+
+def exit_code(result: RunResult | DrainResult, skipped_exit_code: int = EXIT_OK) -> int:
+    """A run's or a drain's exit code: 0 completed (or skipped, or missed), 1 failed,
+    3 partial (for a drain: some attempts failed, the rest committed)."""
+    return {
+        RunStatus.COMPLETED: EXIT_OK,
+        RunStatus.SKIPPED: skipped_exit_code,
+        RunStatus.FAILED: EXIT_FAILED,
+        RunStatus.PARTIAL: EXIT_PARTIAL,
+        RunStatus.MISSED: EXIT_OK,
+    }[result.status]
+
+
+def exit_with(code: int) -> NoReturn:
+    sys.exit(code)

@@ -1,0 +1,280 @@
+"""The job queue's commands: ``enqueue``, ``drain``, ``worker``.
+
+``drain`` and ``worker`` are ``cronlock.serve_drain`` and ``cronlock.serve_worker`` with the
+signals handled; their options' defaults are the library's (``App.drainer``'s, the service's).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, NoReturn
+
+import click
+
+from .. import schema
+from ..app import App
+from ..errors import InvalidJobOption
+from ..outcome import DrainResult, RunStatus
+from ..queue.drainer import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode, Drainer
+from ..queue.jobs import Enqueued
+from ..service import DEFAULT_GRACE_PERIOD, serve_drain, serve_worker
+from ..sql.tables import DEFAULT_QUEUE
+from . import render
+from .context import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Options,
+    UsageFailure,
+    exit_code,
+    exit_with,
+    pass_options,
+    run,
+)
+
+__all__ = ["drain", "drain_queue", "enqueue", "worker"]
+
+MakeDrainer = Callable[[App], Drainer]
+
+
+def _parse_run_at(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidJobOption(f"--run-at: not an ISO 8601 time: {value!r}") from None
+    if moment.tzinfo is None:
+        raise InvalidJobOption(f"--run-at: give a timezone (e.g. {value}+00:00 or {value}Z)")
+    return moment
+
+
+@click.command()
+@click.argument("job_type")
+@click.argument("payload", required=False)
+@click.option(
+    "--max-retries", type=int, help="Retries after a failed attempt (default: the handler's)."
+)
+@click.option("--delay", type=float, help="Seconds from now before the job is due.")
+@click.option("--run-at", help="When the job is due (ISO 8601 with a timezone).")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--queue", help="Queue name (default: the handler's).")
+@click.option("--dedup-key", help="No new job while one with this key is waiting.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_options
+def enqueue(
+    options: Options,
+    job_type: str,
+    payload: str | None,
+    max_retries: int | None,
+    delay: float | None,
+    run_at: str | None,
+    priority: int,
+    queue: str | None,
+    dedup_key: str | None,
+    as_json: bool,
+) -> None:
+    """Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id."""
+    from ..queue.jobs import handler_for, parse_json
+
+    app = options.load_app()
+    # Everything is checked before any connection is made: bad input writes nothing.
+    handler_for(app.handlers, job_type)
+    value = None if payload is None else parse_json(payload, "PAYLOAD")
+    moment = _parse_run_at(run_at)
+    database = options.database(app)
+
+    async def go() -> Enqueued:
+        await schema.ensure_ready(database)
+        async with database.session() as session:
+            answer = await app.enqueue(
+                session,
+                job_type,
+                value,
+                max_retries=max_retries,
+                delay=delay,
+                run_at=moment,
+                priority=priority,
+                queue=queue,
+                dedup_key=dedup_key,
+            )
+            await session.commit()
+            return answer
+
+    answer = run(go, app)
+    if as_json:
+        click.echo(json.dumps({"job_type": job_type, **answer.to_dict()}))
+    else:
+        click.echo(render.enqueued(answer, dedup_key))
+
+
+def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            click.option(
+                "--queue", default=DEFAULT_QUEUE, show_default=True, help="Queue to drain."
+            ),
+            click.option(
+                "--commit-mode",
+                type=click.Choice([mode.value for mode in CommitMode]),
+                default=CommitMode.STRICT.value,
+                show_default=True,
+                help="strict: a transaction per job; batch: one per batch (faster, "
+                "a crash rolls back the batch).",
+            ),
+            click.option(
+                "--batch-size",
+                type=click.IntRange(1, 10_000),
+                help=f"Jobs per claim in batch mode (default {DEFAULT_BATCH_SIZE}).",
+            ),
+            click.option(
+                "--concurrency",
+                type=click.IntRange(1, 64),
+                default=1,
+                show_default=True,
+                help="Jobs run at once, each on its own connection (for IO-bound handlers).",
+            ),
+            click.option(
+                "--grace-period",
+                type=click.FloatRange(0),
+                default=DEFAULT_GRACE_PERIOD,
+                show_default=True,
+                help="Seconds jobs in flight get to finish after SIGTERM/SIGINT.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def drain_queue(
+    options: Options,
+    make: MakeDrainer,
+    *,
+    max_seconds: float | None,
+    grace_period: float,
+    as_json: bool,
+    skipped_exit_code: int,
+) -> NoReturn:
+    """``cronlock drain`` (and ``cronlock run drain``): drain once, print, exit."""
+    app = options.load_app()
+    database = options.database(app)
+
+    async def go() -> DrainResult:
+        await schema.ensure_ready(database)
+        return await serve_drain(
+            make(app), max_seconds=max_seconds, grace_period=grace_period, handle_signals=True
+        )
+
+    result = run(go, app)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+    else:
+        for line in render.describe_drain(result):
+            click.echo(line)
+    exit_with(exit_code(result, skipped_exit_code))
+
+
+@click.command()
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(0, min_open=True),
+    help="Stop claiming after this many seconds (cron-friendly: 55 for every minute).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--skipped-exit-code",
+    type=click.IntRange(0, 255),
+    default=EXIT_OK,
+    show_default=True,
+    help="Exit code when another drainer is active.",
+)
+@_drainer_options
+@pass_options
+def drain(
+    options: Options,
+    max_seconds: float | None,
+    as_json: bool,
+    skipped_exit_code: int,
+    queue: str,
+    commit_mode: str,
+    batch_size: int | None,
+    concurrency: int,
+    grace_period: float,
+) -> None:
+    """Process due jobs until none is due or S seconds passed; skip if another drainer is
+    active. Exit 0 all went well, 3 some attempts failed, 1 the drainer failed."""
+    drain_queue(
+        options,
+        lambda app: app.drainer(
+            queue=queue, commit_mode=commit_mode, batch_size=batch_size, concurrency=concurrency
+        ),
+        max_seconds=max_seconds,
+        grace_period=grace_period,
+        as_json=as_json,
+        skipped_exit_code=skipped_exit_code,
+    )
+
+
+def _metrics_server() -> Any:
+    try:
+        from ..observe.prometheus import serve_metrics
+    except ImportError:
+        raise UsageFailure(
+            "--metrics-port needs the 'metrics' extra: pip install 'cronlock[metrics]'"
+        ) from None
+    return serve_metrics
+
+
+@click.command()
+@_drainer_options
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(0.01),
+    default=DEFAULT_POLL_INTERVAL,
+    show_default=True,
+    help="Seconds between checks when no notification comes (LISTEN/NOTIFY wakes it at once).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="Serve Prometheus metrics on GET /metrics at this port.",
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."
+)
+@pass_options
+def worker(
+    options: Options,
+    queue: str,
+    commit_mode: str,
+    batch_size: int | None,
+    concurrency: int,
+    grace_period: float,
+    poll_interval: float,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
+    """Long-running drainer: stands by while another is active, takes over when it stops or
+    dies. SIGTERM/SIGINT stop it gracefully; it prints its stats (one JSON object) on exit."""
+    app = options.load_app()
+    serve_metrics = _metrics_server() if metrics_port else None
+    database = options.database(app)
+
+    async def go() -> DrainResult:
+        await schema.ensure_ready(database)
+        if serve_metrics is not None:
+            await serve_metrics(database, metrics_host, metrics_port)
+        drainer = app.drainer(
+            queue=queue,
+            commit_mode=commit_mode,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            poll_interval=poll_interval,
+        )
+        return await serve_worker(drainer, grace_period=grace_period, handle_signals=True)
+
+    result = run(go, app)
+    click.echo(json.dumps(result.to_dict()))
+    exit_with(EXIT_FAILED if result.status is RunStatus.FAILED else EXIT_OK)

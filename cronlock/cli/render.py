@@ -1,0 +1,277 @@
+"""Every line the command line prints for people: tables, outcomes, status, notes.
+
+Functions here take values from the library (results, reports, tasks) and return lines; the
+commands echo them. ``--json`` output is the values' own ``to_dict()`` or report, not this.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime
+from typing import Any
+
+from .. import embedded
+from ..app import App
+from ..database import Database
+from ..outcome import DrainResult, RunResult, RunStatus
+from ..queue.jobs import Enqueued
+
+__all__ = [
+    "bench_failed",
+    "describe",
+    "describe_drain",
+    "describe_queue",
+    "describe_status",
+    "embedded_note",
+    "embedded_removed",
+    "embedded_state",
+    "embedded_stopped",
+    "enqueued",
+    "health_line",
+    "migrated",
+    "open_api",
+    "scheduler_started",
+    "table",
+    "task_entries",
+    "task_table",
+    "warning",
+]
+
+
+def embedded_note(server: embedded.Server) -> str:
+    """A command on the embedded server that was already there."""
+    return (
+        f"cronlock: using the embedded PostgreSQL in {server.directory} "
+        "(set CRONLOCK_DATABASE_URL to use your own)"
+    )
+
+
+def embedded_state(state: embedded.State) -> str:
+    """``cronlock embedded status`` (and stop/remove when there was nothing to do)."""
+    if not state.exists:
+        return f"absent: {state.directory} (nothing created yet)"
+    if state.running:
+        where = f": {state.url}" if state.url else ", still starting"
+        return f"running: {state.directory} (pid {state.pid}, as {state.owner}){where}"
+    return f"stopped: {state.directory} (owned by {state.owner})"
+
+
+def embedded_stopped(before: embedded.State) -> str:
+    return f"stopped: {before.directory}" if before.running else embedded_state(before)
+
+
+def embedded_removed(before: embedded.State) -> str:
+    return f"removed: {before.directory}" if before.exists else embedded_state(before)
+
+
+def bench_failed(exc: Exception) -> str:
+    return f"cronlock bench: {exc}"
+
+
+def warning(message: str) -> str:
+    return f"cronlock: warning: {message}"
+
+
+def table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows in left-aligned columns two spaces apart (the first row is the header)."""
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+# -- periodic tasks and their runs -----------------------------------------------------------
+
+
+def task_entries(app: App, now: datetime, count: int) -> list[dict[str, Any]]:
+    """``cronlock list``: one entry per task (its JSON shape), by name."""
+    rows: list[dict[str, Any]] = []
+    for task in sorted(app.tasks.values(), key=lambda t: t.name):
+        zone = task.schedule.timezone
+        upcoming = list(itertools.islice(task.schedule.fire_times(now), count))
+        policy = task.policy
+        rows.append(
+            {
+                "name": task.name,
+                "cron": task.schedule.expression,
+                "timezone": zone.key,
+                "namespace": task.namespace,
+                "lock": [task.lock_namespace, task.lock_key],
+                "next_fire_time": upcoming[0].astimezone(zone).isoformat() if upcoming else None,
+                "next_fire_time_utc": upcoming[0].isoformat() if upcoming else None,
+                "next_fire_times": [
+                    {"local": t.astimezone(zone).isoformat(), "utc": t.isoformat()}
+                    for t in upcoming
+                ],
+                "misfire": policy.misfire.value,
+                "grace_s": policy.grace.total_seconds(),
+                "max_lateness_s": None
+                if policy.max_lateness is None
+                else policy.max_lateness.total_seconds(),
+                "catch_up_limit": policy.catch_up_limit,
+                "jitter_s": policy.jitter.total_seconds(),
+                "description": task.description,
+            }
+        )
+    return rows
+
+
+def task_table(rows: list[dict[str, Any]]) -> list[str]:
+    """``cronlock list`` for people: a line per upcoming fire time."""
+    if not rows:
+        return ["no periodic tasks registered"]
+    header = ("NAME", "CRON", "TIMEZONE", "LOCK (ns, key)", "MISFIRE", "NEXT (zone)", "NEXT (UTC)")
+    lines: list[tuple[str, ...]] = [header]
+    for row in rows:
+        times = row["next_fire_times"] or [{"local": "never", "utc": "never"}]
+        for index, fire in enumerate(times):
+            first = index == 0
+            lines.append(
+                (
+                    str(row["name"]) if first else "",
+                    str(row["cron"]) if first else "",
+                    str(row["timezone"]) if first else "",
+                    f"{row['namespace']} ({row['lock'][0]}, {row['lock'][1]})" if first else "",
+                    str(row["misfire"]) if first else "",
+                    fire["local"],
+                    fire["utc"],
+                )
+            )
+    return table(lines)
+
+
+def describe(result: RunResult) -> list[str]:
+    """A run's outcome in a few readable lines."""
+    if result.status is RunStatus.SKIPPED:
+        why = {
+            "lock_busy": "another run holds the lock",
+            "slot_done": f"slot {_iso(result.slot)} already ran",
+        }.get(result.skip_reason or "", result.error or "")
+        return [f"{result.task}: skipped ({result.skip_reason}: {why})"]
+    lines = [
+        f"{result.task}: {result.status.value} — {result.items_ok} items ok, "
+        f"{result.items_failed} failed, {result.duration_ms:.0f} ms (slot {_iso(result.slot)})"
+    ]
+    if result.error:
+        lines.append(f"  error: {result.error} (nothing of the run was committed)")
+    for failure in result.failures[:20]:
+        lines.append(f"  item {failure.item}: {failure.error_type}: {failure.message}")
+    if result.items_failed > 20:
+        lines.append(f"  … and {result.items_failed - 20} more (cronlock status --json)")
+    return lines
+
+
+def _iso(moment: datetime | None) -> str:
+    return moment.isoformat() if moment else "none"
+
+
+def scheduler_started(tasks: int) -> str:
+    return f"cronlock: scheduler firing {tasks} task(s); SIGTERM stops it"
+
+
+# -- the job queue ---------------------------------------------------------------------------
+
+
+def enqueued(answer: Enqueued, dedup_key: str | None) -> str:
+    if answer.created:
+        return str(answer.id)
+    return f"{answer.id} (already waiting with dedup key {dedup_key!r})"
+
+
+def describe_drain(result: DrainResult) -> list[str]:
+    stats = result.stats
+    if result.status is RunStatus.SKIPPED:
+        return [f"drain {result.queue}: skipped ({result.skip_reason})"]
+    lines = [
+        f"drain {result.queue}: {result.status.value} — {stats['processed']} completed, "
+        f"{stats['retried']} retrying, {stats['failed']} failed in {stats['elapsed_seconds']} s "
+        f"({stats['throughput_per_sec']} jobs/s, p95 {stats['p95_latency_ms']} ms)"
+    ]
+    if result.error:
+        lines.append(f"  error: {result.error}")
+    return lines
+
+
+# -- the HTTP API ----------------------------------------------------------------------------
+
+
+def open_api(host: str, port: int, *, loopback: bool, token_env: str) -> str:
+    """``cronlock serve`` with no token: who may do what."""
+    reach = "any process on this machine" if loopback else "anyone who can reach it"
+    return (
+        f"cronlock serve: {host}:{port} has no token: {reach} may enqueue jobs and read "
+        f"their payloads, results and errors (set {token_env})"
+    )
+
+
+# -- status and the schema -------------------------------------------------------------------
+
+
+def migrated(database: Database, revision: str) -> str:
+    return (
+        f"cronlock: schema {database.schema!r} is at revision {revision} in {database.display_url}"
+    )
+
+
+def describe_status(report: dict[str, Any]) -> list[str]:
+    """``cronlock status`` for people: each task's last runs and health, then the queue."""
+    lines = []
+    for entry in report["tasks"]:
+        runs = entry["last_runs"]
+        lines.append(f"{entry['task']}: " + ("never ran" if not runs else f"last {len(runs)} runs"))
+        lines.append("  " + health_line(entry))
+        for run in runs:
+            detail = (
+                run["error"]
+                or run["skip_reason"]
+                or (f"{run['items_ok']} ok, {run['items_failed']} failed")
+            )
+            slot = run.get("slot") or ("manual" if run.get("trigger") == "manual" else "none")
+            lines.append(f"  {run['started_at']}  {run['status']:<9}  slot {slot}  {detail}")
+    return lines + describe_queue(report["queue"])
+
+
+def health_line(entry: dict[str, Any]) -> str:
+    lateness = entry.get("recent_lateness_ms")
+    late = (
+        "no timed runs yet"
+        if not lateness
+        else f"lateness last {lateness['last']:.0f} ms, mean {lateness['mean']:.0f} ms, "
+        f"max {lateness['max']:.0f} ms over {lateness['runs']} runs"
+    )
+    return (
+        f"last success {entry.get('last_success') or 'never'}; "
+        f"{entry.get('consecutive_failures', 0)} failure(s) and "
+        f"{entry.get('consecutive_misses', 0)} missed slot(s) in a row; {late}"
+    )
+
+
+def describe_queue(queue: dict[str, Any]) -> list[str]:
+    """``cronlock status``'s queue part in readable lines."""
+    lines = []
+    for entry in queue["queues"]:
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(entry["counts"].items()))
+        age = entry["oldest_due_age_seconds"]
+        oldest = f"; {entry['due']} due, oldest waiting {age:.1f} s" if age is not None else ""
+        lines.append(f"queue {entry['queue']}: {counts or 'empty'}{oldest}")
+    if not queue["queues"]:
+        lines.append("queue: no jobs")
+    rates = queue["rates"]
+    lines.append(
+        f"  completed/min: {rates['completed_per_min_1m']} (1 m), "
+        f"{rates['completed_per_min_5m']} (5 m), {rates['completed_per_min_15m']} (15 m); "
+        f"failed/min: {rates['failed_per_min_1m']} (1 m), {rates['failed_per_min_5m']} (5 m)"
+    )
+    for worker in queue["workers"]:
+        lines.append(
+            f"  drainer {worker['host']}:{worker['pid']} queue {worker['queue']}: "
+            f"{worker['state']} (heartbeat {worker['heartbeat_age_seconds']:.1f} s ago, "
+            f"{worker['processed']} completed, {worker['in_flight']} in flight)"
+        )
+    for failure in queue["recent_failures"]:
+        lines.append(
+            f"  {failure['status']:<8} {failure['job_type']} {failure['id']} "
+            f"(retry {failure['retry_count']}/{failure['max_retries']}): {failure['error_message']}"
+        )
+    return lines

@@ -1,0 +1,185 @@
+"""The periodic tasks' commands: ``run``, ``list``, ``crontab``, ``demo``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+
+import click
+
+from .. import embedded, schema
+from ..outcome import RunResult
+from ..service import DEFAULT_GRACE_PERIOD
+from . import render
+from .context import EXIT_OK, Options, exit_code, exit_with, pass_options, run
+from .queue import drain_queue
+
+__all__ = ["crontab", "demo", "list_tasks", "run_task"]
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--count",
+    type=click.IntRange(1, 100),
+    default=3,
+    show_default=True,
+    help="Next fire times shown per task.",
+)
+@pass_options
+def list_tasks(options: Options, as_json: bool, count: int) -> None:
+    """Periodic tasks: name, cron, timezone, lock key, next fire times (their zone and UTC)."""
+    rows = render.task_entries(options.load_app(), datetime.now(UTC), count)
+    if as_json:
+        click.echo(json.dumps({"tasks": rows}))
+        return
+    for line in render.task_table(rows):
+        click.echo(line)
+
+
+@click.command("run")
+@click.argument("task")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--skipped-exit-code",
+    type=click.IntRange(0, 255),
+    default=EXIT_OK,
+    show_default=True,
+    help="Exit code for a skipped run (for systemd or Kubernetes).",
+)
+@click.option(
+    "--manual",
+    is_flag=True,
+    help="Run now outside any slot (recorded as manual; claims no slot).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds after a fire time that still belong to its slot (default: the task's).",
+)
+@pass_options
+def run_task(
+    options: Options,
+    task: str,
+    as_json: bool,
+    skipped_exit_code: int,
+    manual: bool,
+    grace: float | None,
+) -> None:
+    """One run of TASK now, under its lock, for the slot it belongs to.
+
+    From crontab the invocation maps to the fire time it is for (up to the task's grace
+    late); a slot that already ran is skipped (slot_done). Outside every slot's grace nothing
+    runs (skipped, no_slot) unless --manual. TASK may be the built-in `drain` (the job queue:
+    see `cronlock drain`).
+    """
+    if task == "drain":
+        drain_queue(
+            options,
+            lambda app: app.drainer(),
+            max_seconds=None,
+            grace_period=DEFAULT_GRACE_PERIOD,
+            as_json=as_json,
+            skipped_exit_code=skipped_exit_code,
+        )
+    app = options.load_app()
+    app.task(task)  # an unknown task fails before any connection is made
+    database = options.database(app)
+    grace_delta = None if grace is None else timedelta(seconds=grace)
+
+    async def go() -> RunResult:
+        await schema.ensure_ready(database)
+        return await app.run(task, manual=manual, grace=grace_delta)
+
+    result = run(go, app)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+    else:
+        for line in render.describe(result):
+            click.echo(line)
+    exit_with(exit_code(result, skipped_exit_code))
+
+
+@click.command()
+@click.option(
+    "--directory",
+    type=click.Path(file_okay=False),
+    help="Project directory the lines cd to, for --app to import (default: this one).",
+)
+@click.option(
+    "--cronlock",
+    "cronlock_command",
+    help="The command the lines run (default: this environment's cronlock, by absolute path).",
+)
+@click.option(
+    "--log",
+    help="File the lines append their output to (default: ~/.local/state/cronlock/cron.log).",
+)
+@click.option(
+    "--env-file",
+    help="A file of KEY=value lines (CRONLOCK_DATABASE_URL=…) each line sources: the place "
+    "for a password.",
+)
+@click.option(
+    "--cron-timezone",
+    help="The zone cron runs in on the host the lines are for (default: this host's).",
+)
+@click.option("--user", help="System crontab format (/etc/cron.d) with this user field.")
+@click.option(
+    "--task", "task_names", multiple=True, help="Only this task (repeatable; no drain line)."
+)
+@pass_options
+def crontab(
+    options: Options,
+    directory: str | None,
+    cronlock_command: str | None,
+    log: str | None,
+    env_file: str | None,
+    cron_timezone: str | None,
+    user: str | None,
+    task_names: tuple[str, ...],
+) -> None:
+    """Print crontab lines for the registered tasks that run as they are under cron."""
+    from .. import crontab as lines
+
+    app = options.load_app()
+    setup = lines.setup_for(
+        app,
+        options.app_spec,
+        database_url=options.database_url,
+        schema=options.schema,
+        pgbouncer=options.pgbouncer,
+        directory=directory,
+        cronlock=cronlock_command,
+        log=log,
+        env_file=env_file,
+        cron_timezone=cron_timezone,
+        user=user,
+        tasks=task_names,
+    )
+    text = lines.render(app, setup)
+    for warning in lines.warnings(setup):
+        click.echo(render.warning(warning), err=True)
+    click.echo(text, nl=False)
+
+
+@click.command()
+@pass_options
+def demo(options: Options) -> None:
+    """The whole story on the embedded default, end to end, with a summary."""
+    from ..demo import demo_app, run_demo
+
+    app, setup, app_spec = demo_app(options.app_spec if options.app_given else None)
+    where = (
+        f"the embedded PostgreSQL in {embedded.data_directory()}"
+        if options.database_url is None and app.database_url is None
+        else "your database"
+    )
+    database = options.database(app)
+    if logging.getLogger().level >= logging.WARNING:  # the summary lists the failed items
+        logging.getLogger("cronlock.periodic").setLevel(logging.ERROR)
+    lines = run(lambda: run_demo(app, database, setup, where, app_spec), app)
+    for line in lines:
+        click.echo(line)

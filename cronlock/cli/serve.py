@@ -1,0 +1,56 @@
+"""``cronlock serve``: the HTTP API (``cronlock.http``) on uvicorn, from the 'http' extra."""
+
+from __future__ import annotations
+
+import click
+
+from . import render
+from .context import Options, UsageFailure, pass_options
+
+__all__ = ["serve"]
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option(
+    "--public",
+    metavar="SURFACES",
+    help="What answers without a token: any of reads, metrics, healthz, comma-separated, or "
+    "none (env CRONLOCK_API_PUBLIC; default: healthz).",
+)
+@click.option(
+    "--insecure-open",
+    is_flag=True,
+    help="With no token, listen on a non-loopback --host anyway: anyone who can reach it may "
+    "enqueue jobs and read them.",
+)
+@pass_options
+def serve(options: Options, host: str, port: int, public: str | None, insecure_open: bool) -> None:
+    """The HTTP API (POST /jobs, GET /jobs/{id}, /runs, /healthz, /metrics) on uvicorn.
+
+    Every endpoint but /healthz needs $CRONLOCK_API_TOKEN as a bearer token
+    ($CRONLOCK_API_READ_TOKEN for all but writes). With neither set, everything is open, and
+    only a loopback --host is allowed unless --insecure-open."""
+    try:
+        import uvicorn
+
+        from ..http import TOKEN_ENV, Access, create_api, is_loopback
+    except ImportError:
+        raise UsageFailure(
+            "`cronlock serve` needs the 'http' extra: pip install 'cronlock[http]'"
+        ) from None
+    access = Access.configure(public=public)
+    if access.open and not is_loopback(host) and not insecure_open:
+        raise UsageFailure(
+            f"refusing to listen on {host} with no API token: anyone who can reach it could "
+            f"enqueue jobs and read them; set {TOKEN_ENV} (or pass --insecure-open)"
+        )
+    app = options.load_app()
+    options.database(app)
+    api = create_api(app, public=public)
+    if access.open:
+        note = render.open_api(host, port, loopback=is_loopback(host), token_env=TOKEN_ENV)
+        click.echo(note, err=True)
+    # uvicorn runs its own loop and its own signal handling (a graceful shutdown on SIGTERM).
+    uvicorn.run(api, host=host, port=port, log_level="info")
