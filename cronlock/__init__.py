@@ -1,9 +1,13 @@
 """cronlock: cron-style periodic tasks and a job queue that need nothing but PostgreSQL.
 
-The public API is exactly ``__all__``; every other module is an implementation detail.
+The public API is exactly ``__all__``, plus ``__version__`` and the optional ``cronlock.http``
+(``create_router``, ``create_api``: the 'http' extra, kept out of this namespace so that
+``import cronlock`` never needs an extra). Every other module is an implementation detail.
 """
 
 from __future__ import annotations
+
+from importlib import metadata as _metadata
 
 from .app import App
 from .cron import CronSchedule
@@ -32,11 +36,16 @@ from .outcome import (
     RunTrigger,
     SkipReason,
 )
-from .periodic import Misfire, PeriodicTask, Run, SlotPolicy
+from .periodic import Misfire, PeriodicTask, Run, SlotPolicy, TaskBody
 from .queue.drainer import CommitMode, Drainer, Keepalive
-from .queue.jobs import Backoff, Enqueued, Job
+from .queue.jobs import Backoff, Enqueued, JobHandler
 from .scheduler import Scheduler
 from .service import serve_drain, serve_scheduler, serve_worker
+
+try:
+    __version__ = _metadata.version("cronlock")
+except _metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "App",
@@ -56,8 +65,8 @@ __all__ = [
     "InvalidJobOption",
     "InvalidPayload",
     "ItemFailure",
-    "Job",
     "JobError",
+    "JobHandler",
     "JobStatus",
     "Keepalive",
     "LockKeyCollision",
@@ -70,6 +79,7 @@ __all__ = [
     "Scheduler",
     "SkipReason",
     "SlotPolicy",
+    "TaskBody",
     "UnknownJobType",
     "UnknownTask",
     "lock_key",
@@ -79,7 +89,11 @@ __all__ = [
     "serve_worker",
 ]
 
+# The type aliases (what a handler and a task body are) cannot be renamed.
+_ALIASES = frozenset({"JobHandler", "TaskBody"})
+
 # Show the public names as cronlock.X in reprs and docs, as httpx does.
 for _name in __all__:
-    globals()[_name].__module__ = "cronlock"
+    if _name not in _ALIASES:
+        globals()[_name].__module__ = "cronlock"
 del _name

@@ -19,7 +19,6 @@ from typing import Annotated, Any
 from .. import schema, sql
 from ..app import App
 from ..errors import ConfigurationError, CronlockError
-from ..observe.prometheus import CONTENT_TYPE, render_metrics, scrape
 from ..queue.jobs import MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
 from .access import TOKEN_ENV, Access, Guard, GuardedRoute, Surface
 
@@ -36,6 +35,8 @@ try:
         StrictStr,
         model_validator,
     )
+
+    from ..observe.prometheus import CONTENT_TYPE, render_metrics, scrape
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ConfigurationError(
         "the HTTP API needs the 'http' extra: pip install 'cronlock[http]'"

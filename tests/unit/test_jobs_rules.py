@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cronlock import Backoff, InvalidJobOption, InvalidPayload, Job, JobStatus
+from cronlock import Backoff, InvalidJobOption, InvalidPayload, JobStatus
 from cronlock.observe.stats import DrainStats, LatencyHistogram
-from cronlock.queue.jobs import outcome_of_failure, parse_json, to_json
+from cronlock.queue.jobs import Job, outcome_of_failure, parse_json, to_json
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

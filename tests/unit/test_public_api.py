@@ -1,6 +1,15 @@
-"""The public surface is exactly ``cronlock.__all__`` (as httpx asserts its own)."""
+"""The public surface is exactly ``cronlock.__all__`` (as httpx asserts its own), plus
+``__version__`` and the optional ``cronlock.http``."""
 
 from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import types
+from importlib import metadata
+
+import pytest
 
 import cronlock
 
@@ -14,7 +23,10 @@ def test_all_is_sorted_and_complete() -> None:
 
 def test_public_names_belong_to_cronlock() -> None:
     for name in cronlock.__all__:
-        assert getattr(cronlock, name).__module__ == "cronlock", name
+        obj = getattr(cronlock, name)
+        if isinstance(obj, types.GenericAlias):  # a type alias keeps its origin's module
+            continue
+        assert obj.__module__ == "cronlock", name
 
 
 def test_errors_have_one_base_and_default_messages() -> None:
@@ -23,3 +35,44 @@ def test_errors_have_one_base_and_default_messages() -> None:
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, cronlock.CronlockError)
             assert str(obj()) == (obj.__doc__ or "").strip()
+
+
+def test_what_a_user_writes_is_public() -> None:
+    # A handler and a task body have names a user can annotate with.
+    assert cronlock.JobHandler.__args__[0].__name__ == "AsyncSession"  # type: ignore[attr-defined]
+    assert "Run" in str(cronlock.TaskBody)
+    # Serving, migrating and reading the status from code, without the command line.
+    for serve in (cronlock.serve_worker, cronlock.serve_drain, cronlock.serve_scheduler):
+        assert inspect.iscoroutinefunction(serve)
+        assert {"stop", "handle_signals"} <= set(inspect.signature(serve).parameters)
+    assert inspect.iscoroutinefunction(cronlock.App.migrate)
+    assert inspect.iscoroutinefunction(cronlock.App.status)
+    # The drainer's claimed job is the drainer's: a handler gets (session, payload).
+    assert "Job" not in cronlock.__all__
+
+
+def test_version_is_the_installed_distributions() -> None:
+    assert cronlock.__version__ == metadata.version("cronlock")
+
+
+def test_the_drainer_options_are_typed_keywords() -> None:
+    for method in (cronlock.App.drainer, cronlock.App.drain):
+        kinds = {p.kind for name, p in inspect.signature(method).parameters.items()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, method
+    drainer = set(inspect.signature(cronlock.Drainer).parameters) - {"database", "handlers"}
+    assert drainer == set(inspect.signature(cronlock.App.drainer).parameters) - {"self"}
+    # Each default is the Drainer's own.
+    for name, parameter in inspect.signature(cronlock.App.drainer).parameters.items():
+        if name != "self":
+            assert parameter.default == inspect.signature(cronlock.Drainer).parameters[name].default
+
+
+def test_http_is_public_and_says_which_extra_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    http = importlib.import_module("cronlock.http")
+    assert {"create_api", "create_router"} <= set(http.__all__)
+    # Without the extra: one line saying what to install, not a missing-module traceback.
+    for name in [m for m in sys.modules if m == "cronlock.http" or m.startswith("cronlock.http.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "fastapi", None)
+    with pytest.raises(cronlock.ConfigurationError, match=r"pip install 'cronlock\[http\]'"):
+        importlib.import_module("cronlock.http")
