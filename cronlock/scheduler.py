@@ -7,9 +7,10 @@ itself: it *wakes* the task, and a wake
 
 1. maps the current time to the slot it belongs to (within the task's grace),
 2. looks at the slots between the last one this process knows of (at start: the latest slot
-   with a row in ``runs``) and now that have no row at all — slots that passed while no
-   scheduler was up — and applies the task's misfire policy: record them ``missed``, or run
-   the latest once, or run each up to a cap, as ``catch_up`` runs;
+   claimed in ``runs``) and now that have no row at all — slots that passed while nobody
+   fired them (``periodic.backlog``, the look back every ``cronlock run`` makes too) — and
+   applies the task's misfire policy: record them ``missed``, or run the latest once, or run
+   each up to a cap, as ``catch_up`` runs;
 3. runs the current slot through ``periodic.run_slot``, the very path ``cronlock run`` takes
    (advisory lock, slot claim, savepoints).
 
@@ -35,13 +36,20 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 
-from . import sql
 from .app import App
 from .database import Database
 from .outcome import RunResult, RunTrigger, SkipReason
-from .periodic import Misfire, PeriodicTask, record_missed, resolve_slot, run_slot
+from .periodic import Misfire, PeriodicTask, backlog, record_missed, resolve_slot, run_slot
+from .periodic.backlog import BACKLOG_LIMIT
 
-__all__ = ["DEFAULT_SHUTDOWN_GRACE", "Clock", "ScheduleTrigger", "Scheduler", "jitter_for"]
+__all__ = [
+    "BACKLOG_LIMIT",
+    "DEFAULT_SHUTDOWN_GRACE",
+    "Clock",
+    "ScheduleTrigger",
+    "Scheduler",
+    "jitter_for",
+]
 
 logger = logging.getLogger("cronlock.scheduler")
 
@@ -51,8 +59,6 @@ Clock = Callable[[], datetime]
 DEFAULT_SHUTDOWN_GRACE = 30.0
 
 _TICK = timedelta(microseconds=1)
-# The most slots one wake looks back over (see Scheduler._unrecorded).
-BACKLOG_LIMIT = 1000
 
 
 def _utcnow() -> datetime:
@@ -131,8 +137,8 @@ class Scheduler:
         if horizon is None:
             horizon = await self._initial_horizon(task, now)
         end = max(now, current) if current is not None else now
-        backlog = await self._unrecorded(task, horizon, end, exclude=current)
-        catch_up, missed = self._plan(task, backlog, current, now)
+        passed = await self._unrecorded(task, horizon, end, exclude=current)
+        catch_up, missed = self._plan(task, passed, current, now)
 
         # Where to look from next time: past everything handled, but not past a slot left
         # open because another run held the lock (it may be that slot's run in progress).
@@ -158,56 +164,28 @@ class Scheduler:
         return results
 
     async def _initial_horizon(self, task: PeriodicTask, now: datetime) -> datetime:
-        """Where this process picks up a task's history: its latest slot with a row, or now."""
+        """Where this process picks up a task's history: its latest claimed slot, or now."""
         async with self.database.connect() as conn:
-            last = await conn.scalar(sql.RUN_LAST_SLOT, {"task": task.name})
+            last = await backlog.last_claimed_slot(conn, task)
         return min(last, now) if last is not None else now
 
     async def _unrecorded(
         self, task: PeriodicTask, after: datetime, until: datetime, *, exclude: datetime | None
     ) -> list[datetime]:
-        """Slots in (after, until] other than ``exclude`` that have no row in ``runs``.
-
-        Walks back from ``until``, at most BACKLOG_LIMIT slots: a minutely task whose last row
-        is a year old must not make one wake enumerate and record half a million slots.
-        """
-        slots: list[datetime] = []
-        cursor = until
-        while (slot := task.schedule.slot_at(cursor)) is not None and slot > after:
-            if len(slots) == BACKLOG_LIMIT:
-                logger.warning(
-                    "%s: more than %d slots passed since %s; only the latest %d are handled "
-                    "(recorded missed or caught up), the older ones only in this line",
-                    task.name,
-                    BACKLOG_LIMIT,
-                    after.isoformat(),
-                    BACKLOG_LIMIT,
-                    extra={"action": "backlog_truncated", "task": task.name},
-                )
-                break
-            if slot != exclude:
-                slots.append(slot)
-            cursor = slot - _TICK
-        if not slots:
-            return []
-        slots.reverse()
+        """Slots in (after, until] other than ``exclude`` that have no row in ``runs``
+        (``periodic.backlog``: at most BACKLOG_LIMIT, the latest)."""
         async with self.database.connect() as conn:
-            rows = await conn.execute(
-                sql.RUN_SLOTS_RECORDED,
-                {"task": task.name, "low": slots[0], "high": slots[-1]},
-            )
-            recorded = set(rows.scalars())
-        return [slot for slot in slots if slot not in recorded]
+            return await backlog.unrecorded(conn, task, after, until, exclude=exclude)
 
     @staticmethod
     def _plan(
-        task: PeriodicTask, backlog: list[datetime], current: datetime | None, now: datetime
+        task: PeriodicTask, passed: list[datetime], current: datetime | None, now: datetime
     ) -> tuple[list[datetime], list[datetime]]:
         """(slots to run as catch-up, slots to record missed), by the task's misfire policy."""
         policy = task.policy
         eligible = [
             slot
-            for slot in backlog
+            for slot in passed
             if policy.max_lateness is None or now - slot <= policy.max_lateness
         ]
         if policy.misfire is Misfire.EACH:
@@ -217,7 +195,7 @@ class Scheduler:
         else:  # SKIP, or ONCE with an on-time slot that runs anyway and catches up for all
             catch_up = []
         chosen = set(catch_up)
-        return catch_up, [slot for slot in backlog if slot not in chosen]
+        return catch_up, [slot for slot in passed if slot not in chosen]
 
     # -- the daemon ----------------------------------------------------------------------
 

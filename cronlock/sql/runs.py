@@ -12,6 +12,7 @@ from sqlalchemy import (
     String,
     Text,
     bindparam,
+    column,
     exists,
     func,
     insert,
@@ -20,6 +21,7 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..outcome import RUN_CLAIMING_STATUSES, RUN_SUCCESS_STATUSES
@@ -31,6 +33,7 @@ __all__ = [
     "RUN_INSERT",
     "RUN_INSERT_MISSED",
     "RUN_LAST_SLOT",
+    "RUN_LAST_SLOT_PER_TASK",
     "RUN_LAST_SUCCESS_PER_TASK",
     "RUN_RECENT",
     "RUN_RECENT_PER_TASK",
@@ -64,7 +67,9 @@ RUN_RECENT_PER_TASK = (
 
 _task = bindparam("task", type_=String)
 _slot = bindparam("slot", type_=DateTime(timezone=True))
-_claiming = runs.c.status.in_([s.value for s in RUN_CLAIMING_STATUSES])
+# Constants, like _did_work: the planner proves a predicate implies ux_runs_task_slot's only
+# against constants, and bound values would leave a generic plan scanning the task's rows.
+_claiming = runs.c.status.in_([literal_column(repr(s.value)) for s in RUN_CLAIMING_STATUSES])
 
 # Read under the task's advisory lock, so the run that committed last is visible: READ
 # COMMITTED takes a fresh snapshot per statement, after the lock was granted.
@@ -79,18 +84,44 @@ RUN_INSERT_MISSED = (
     .returning(runs.c.id)
 )
 
-# The latest slot with any row: where a starting scheduler picks up a task's history.
-RUN_LAST_SLOT = select(func.max(runs.c.slot)).where(runs.c.task == _task)
+# The latest claimed slot (a run's outcome or a miss): where a task's backlog of slots nobody
+# fired begins. An index-only scan of ux_runs_task_slot, backwards, one entry.
+RUN_LAST_SLOT = select(func.max(runs.c.slot)).where(runs.c.task == _task, _claiming)
 
-# Slots between two instants that already have a row of any kind (run, skip or miss).
+# Slots between two instants that already have a row of any kind (run, skip or miss). No row
+# starts more than the task's `early` before its slot, so :since (the low slot minus it)
+# bounds the scan of ix_runs_task_started_at to the rows since then.
 RUN_SLOTS_RECORDED = (
     select(runs.c.slot)
     .distinct()
     .where(
         runs.c.task == _task,
+        runs.c.started_at >= bindparam("since", type_=DateTime(timezone=True)),
         runs.c.slot >= bindparam("low", type_=DateTime(timezone=True)),
         runs.c.slot <= bindparam("high", type_=DateTime(timezone=True)),
     )
+)
+
+_names = (
+    func.unnest(bindparam("tasks", type_=ARRAY(Text)))
+    .table_valued(column("task", Text))
+    .render_derived(name="names")
+)
+
+# Per task of :tasks: its latest claimed slot, and when its first row of any kind started (a
+# task with no outcome yet is known to exist since then). What overdue is computed from; two
+# one-entry index scans per task (ux_runs_task_slot, ix_runs_task_started_at), never a scan
+# of the table.
+RUN_LAST_SLOT_PER_TASK = select(
+    _names.c.task,
+    select(func.max(runs.c.slot))
+    .where(runs.c.task == _names.c.task, _claiming)
+    .scalar_subquery()
+    .label("last_slot"),
+    select(func.min(runs.c.started_at))
+    .where(runs.c.task == _names.c.task)
+    .scalar_subquery()
+    .label("first_started_at"),
 )
 
 # -- status ---------------------------------------------------------------------------------
