@@ -265,7 +265,7 @@ def worker(
     async def go() -> DrainResult:
         await schema.ensure_ready(database)
         if serve_metrics is not None:
-            await serve_metrics(database, metrics_host, metrics_port)
+            await serve_metrics(database, metrics_host, metrics_port, app.tasks.values())
         drainer = app.drainer(
             queue=queue,
             commit_mode=commit_mode,

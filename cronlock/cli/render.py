@@ -30,6 +30,7 @@ __all__ = [
     "health_line",
     "migrated",
     "open_api",
+    "overdue_line",
     "scheduler_started",
     "table",
     "task_entries",
@@ -221,6 +222,8 @@ def describe_status(report: dict[str, Any]) -> list[str]:
         runs = entry["last_runs"]
         lines.append(f"{entry['task']}: " + ("never ran" if not runs else f"last {len(runs)} runs"))
         lines.append("  " + health_line(entry))
+        if entry.get("overdue"):
+            lines.append("  " + overdue_line(entry["overdue"]))
         for run in runs:
             detail = (
                 run["error"]
@@ -244,6 +247,13 @@ def health_line(entry: dict[str, Any]) -> str:
         f"last success {entry.get('last_success') or 'never'}; "
         f"{entry.get('consecutive_failures', 0)} failure(s) and "
         f"{entry.get('consecutive_misses', 0)} missed slot(s) in a row; {late}"
+    )
+
+
+def overdue_line(overdue: dict[str, Any]) -> str:
+    return (
+        f"OVERDUE {overdue['seconds']:.0f} s: slot {overdue['slot']} has no outcome "
+        f"(due by {overdue['due_by']})"
     )
 
 

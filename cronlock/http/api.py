@@ -242,7 +242,8 @@ def create_router(
         summary="Prometheus metrics",
     )
     async def metrics() -> Response:
-        return Response(render_metrics(await scrape(app.database)), media_type=CONTENT_TYPE)
+        families = await scrape(app.database, app.tasks.values())
+        return Response(render_metrics(families), media_type=CONTENT_TYPE)
 
     return router
 

@@ -3,10 +3,10 @@
 ``SELECT * FROM jobs`` is the whole truth, and so are the metrics: queue depth by status, the
 age of the oldest due job, jobs finished and retries made, the created→completed latency
 histogram, active and standby drainers, and per periodic task its runs by outcome, last
-success, consecutive failures, and duration and lateness histograms. Counters computed from
-the tables only decrease if rows are deleted (pruning history); Prometheus' ``rate()`` treats
-that as a counter reset. Names follow Prometheus conventions (``cronlock_…_total``,
-``_seconds``).
+success, consecutive failures, how overdue it is (from its schedule at scrape time, so it rises
+while nothing runs at all), and duration and lateness histograms. Counters computed from the
+tables only decrease if rows are deleted (pruning history); Prometheus' ``rate()`` treats that
+as a counter reset. Names follow Prometheus conventions (``cronlock_…_total``, ``_seconds``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from .. import sql
 from ..database import Database
+from ..periodic import PeriodicTask, backlog
 from ..sql.tables import JOB_STATUSES, RUN_STATUSES
 
 __all__ = ["CONTENT_TYPE", "render_metrics", "scrape", "serve_metrics"]
@@ -63,14 +64,19 @@ def _bound(value: float) -> str:
     return repr(float(value))
 
 
-async def scrape(database: Database) -> list[Metric]:
-    """Every cronlock metric, read from ``database`` now."""
+async def scrape(
+    database: Database, periodic: Iterable[PeriodicTask] = (), *, now: datetime | None = None
+) -> list[Metric]:
+    """Every cronlock metric, read from ``database`` now; ``periodic``, the app's tasks, gives
+    the overdue gauge its schedules (``now``: the clock, unless a test says otherwise)."""
+    now = now or datetime.now(UTC)
     async with database.connect() as conn:
         counts = (await conn.execute(sql.JOB_COUNTS)).mappings().all()
         due = (await conn.execute(sql.JOB_OLDEST_DUE)).mappings().all()
         totals = (await conn.execute(sql.JOB_TOTALS)).mappings().all()
         drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
         tasks = (await conn.execute(sql.RUN_TOTALS)).mappings().all()
+        late = await backlog.overdue_by_task(conn, periodic, now)
 
     jobs = GaugeMetricFamily(
         "cronlock_jobs", "Jobs in the jobs table by queue and status.", labels=["queue", "status"]
@@ -151,6 +157,14 @@ async def scrape(database: Database) -> list[Metric]:
         if when is not None:
             last_success.add_metric([row["task"]], when.timestamp())
         consecutive.add_metric([row["task"]], int(row["consecutive_failures"]))
+    overdue = GaugeMetricFamily(
+        "cronlock_task_overdue_seconds",
+        "How long past its grace the first slot with no outcome is (0: on schedule), per "
+        "registered task, from its schedule at scrape time.",
+        labels=["task"],
+    )
+    for name, behind in sorted(late.items()):
+        overdue.add_metric([name], 0.0 if behind is None else behind.seconds)
     duration = _histogram(
         "cronlock_task_duration_seconds", "How long runs took.", "task", tasks, "duration_"
     )
@@ -173,6 +187,7 @@ async def scrape(database: Database) -> list[Metric]:
         runs_total,
         last_success,
         consecutive,
+        overdue,
         duration,
         lateness,
     ]
@@ -188,12 +203,16 @@ def render_metrics(families: list[Metric]) -> bytes:
 logger = logging.getLogger("cronlock.prometheus")
 
 
-async def serve_metrics(database: Database, host: str, port: int) -> asyncio.Server:
+async def serve_metrics(
+    database: Database, host: str, port: int, periodic: Iterable[PeriodicTask] = ()
+) -> asyncio.Server:
     """A minimal HTTP endpoint for ``GET /metrics`` inside a worker's own event loop.
 
     The worker already runs asyncio and holds the database; a scrape is one short read, so a
     thread-based server (prometheus_client's) would only add a second event loop for the DB.
+    ``periodic``: the app's tasks, for the overdue gauge.
     """
+    tasks = list(periodic)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -203,7 +222,7 @@ async def serve_metrics(database: Database, host: str, port: int) -> asyncio.Ser
                 status, body, kind = "404 Not Found", b"only GET /metrics here\n", "text/plain"
             else:
                 status, kind = "200 OK", CONTENT_TYPE
-                body = render_metrics(await scrape(database))
+                body = render_metrics(await scrape(database, tasks))
             head = (
                 f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

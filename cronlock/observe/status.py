@@ -1,17 +1,20 @@
 """What ``cronlock status`` reports, computed from the tables.
 
 Per task: the last runs, and how its schedule is doing — the last success, how many failures
-and missed slots in a row, and how late recent runs started. The queue: counts by status, the
-oldest due job, recent failures, rates, and the drainers.
+and missed slots in a row, how late recent runs started, and whether it is overdue (a slot past
+its grace with no outcome, from the schedule at read time: ``periodic.backlog``). The queue:
+counts by status, the oldest due job, recent failures, rates, and the drainers.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import sql
 from ..app import App
 from ..database import Database
+from ..periodic import backlog
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -23,7 +26,11 @@ def _jsonable(value: Any) -> Any:
     return value.isoformat() if hasattr(value, "isoformat") else value
 
 
-async def collect(app: App, database: Database, *, limit: int = 5) -> dict[str, Any]:
+async def collect(
+    app: App, database: Database, *, limit: int = 5, now: datetime | None = None
+) -> dict[str, Any]:
+    """The report; ``now`` (default: the clock) is when a registered task is overdue at."""
+    now = now or datetime.now(UTC)
     async with database.connect() as conn:
         rows = (await conn.execute(sql.RUN_RECENT_PER_TASK, {"limit": limit})).mappings()
         by_task: dict[str, list[dict[str, Any]]] = {}
@@ -32,14 +39,24 @@ async def collect(app: App, database: Database, *, limit: int = 5) -> dict[str, 
                 {key: _jsonable(value) for key, value in row.items()}
             )
         health = await _slot_health(conn)
+        overdue = await backlog.overdue_by_task(conn, app.tasks.values(), now)
     names = sorted(set(app.tasks) | set(by_task))
     return {
         "tasks": [
-            {"task": name, "last_runs": by_task.get(name, []), **health.get(name, _NO_HEALTH)}
+            {
+                "task": name,
+                "last_runs": by_task.get(name, []),
+                **health.get(name, _NO_HEALTH),
+                "overdue": _overdue(overdue.get(name)),
+            }
             for name in names
         ],
         "queue": await collect_queue(database, failures=max(limit, 10)),
     }
+
+
+def _overdue(late: backlog.Overdue | None) -> dict[str, Any] | None:
+    return None if late is None else late.to_dict()
 
 
 # -- scheduling health (issue 4) ----------------------------------------------------------
