@@ -7,7 +7,9 @@ a SAVEPOINT (``items.py``), so an exception there rolls back that item only and 
 The run's row in ``runs`` is written in the same transaction as its work: ``completed`` or
 ``partial`` commit together with what the items wrote. A body that raises rolls back to a
 savepoint taken right after the lock, so nothing of it stays, and the ``failed`` row is
-written under the lock (in a transaction of its own only if the connection is gone). The lock
+written under the lock (in a transaction of its own only if the connection is gone). A body
+that had items and did none of them (every one failed) is ``failed`` the same way: it is
+no success, and ``failed`` always means nothing of the run was committed. The lock
 ends with the transaction, including when the process dies, so a crash never leaves it behind.
 
 Every run but a manual one belongs to a *slot* (``task.py``), and at most one run per
@@ -246,32 +248,52 @@ async def run_slot(
         # Taken after the lock: a body that raises rolls back to here, and the failed row
         # then claims the slot while the lock is still held.
         body_savepoint = await session.begin_nested()
+        error: str | None = None
+        raised: Exception | None = None
         try:
             await task.body(run)
-            if body_savepoint.is_active:
+            if run.items_failed and not run.items_ok:
+                error = _every_item_failed(run)
+            elif body_savepoint.is_active:
                 # Its RELEASE also releases an item savepoint whose RELEASE was held back.
                 await body_savepoint.commit()
         except Exception as exc:
-            error = error_line(exc)
-            logger.error(
-                "%s: failed and rolled back: %s",
-                task.name,
-                error,
-                extra={"action": "run_failed", "task": task.name},
-                exc_info=exc,
-            )
-            outcome = _without_committed_items(result(RunStatus.FAILED, run, error=error))
-            try:
-                await body_savepoint.rollback()
-                return await _record_claim(session, outcome)
-            except SQLAlchemyError:
-                # The connection is gone (the savepoint's rollback may even "succeed" on an
-                # invalidated connection): the transaction went with its writes and its lock.
-                # Record the failure afresh.
-                await session.rollback()
-                return await _record_claim(session, outcome)
-        status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
-        return await _record_claim(session, result(status, run))
+            error, raised = error_line(exc), exc
+        if error is None:
+            status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
+            return await _record_claim(session, result(status, run))
+        logger.error(
+            "%s: failed and rolled back: %s",
+            task.name,
+            error,
+            extra={"action": "run_failed", "task": task.name},
+            exc_info=raised,
+        )
+        outcome = _without_committed_items(result(RunStatus.FAILED, run, error=error))
+        try:
+            await body_savepoint.rollback()
+            return await _record_claim(session, outcome)
+        except SQLAlchemyError:
+            # The connection is gone (the savepoint's rollback may even "succeed" on an
+            # invalidated connection): the transaction went with its writes and its lock.
+            # Record the failure afresh.
+            await session.rollback()
+            return await _record_claim(session, outcome)
+
+
+def _every_item_failed(run: Run) -> str:
+    """The error of a run that had items and did none of them.
+
+    Such a run is ``failed``, not ``partial``: it is no success anywhere (status, metrics,
+    exit code), so a task that fails every item is seen failing. And like a body that raised
+    it commits nothing, what it wrote outside its items included, so that ``failed`` keeps
+    meaning "nothing of the run was committed" (README, Outcomes).
+    """
+    first = run.failures[0]
+    error = f"{first.error_type}: {first.message}"
+    if run.items_failed == 1:
+        return f"its one item failed: {error}"
+    return f"all {run.items_failed} items failed; the first: {error}"
 
 
 async def _record_claim(session: AsyncSession, outcome: RunResult) -> RunResult:
