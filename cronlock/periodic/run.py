@@ -20,6 +20,11 @@ missed row): then it is ``skipped`` with reason ``slot_done``. The lock alone wo
 asks. A partial unique index on ``runs(task, slot)`` makes the claim durable in the very
 transaction that commits the work. A failed body rolls back to a savepoint taken after the
 lock, so its ``failed`` row claims the slot under the same lock.
+
+A run from crontab (``execute``) also leaves a trace of the slots nobody fired: under the
+lock, before its body, it records ``missed`` those since the task's latest claimed slot that
+have no row (``backlog``, the scheduler's look back), so a crontab-only deployment whose host
+died shows the gap.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from ..outcome import (
     SkipReason,
     error_line,
 )
+from . import backlog
 from .items import ItemFrame, ItemSavepoints
 from .task import PeriodicTask, resolve_slot
 
@@ -183,7 +189,9 @@ async def execute(
         )
         async with database.session() as session:
             return await _record(session, outcome)
-    return await run_slot(database, task, slot, now=started_at, trigger=RunTrigger.CRON)
+    return await run_slot(
+        database, task, slot, now=started_at, trigger=RunTrigger.CRON, record_gaps=True
+    )
 
 
 async def run_slot(
@@ -194,11 +202,17 @@ async def run_slot(
     now: datetime | None = None,
     trigger: RunTrigger = RunTrigger.CRON,
     record_busy: bool = True,
+    record_gaps: bool = False,
 ) -> RunResult:
     """Run ``task`` for ``slot`` (None: a manual run) under its lock; record the outcome.
 
     ``record_busy=False`` leaves no row when the lock is busy, so the slot stays open: the
     scheduler's catch-up uses it to try again later rather than mark the slot as handled.
+    ``record_gaps=True`` (a run from crontab) first records ``missed`` the slots since the
+    task's latest claimed one that have no row (``backlog``), under the lock: without a
+    scheduler, a host that died would otherwise leave no trace. They are only recorded, never
+    run, whatever the task's misfire policy: catching up is the scheduler's (README,
+    "Misfires").
     """
     started_at = now or datetime.now(UTC)
     clock = time.perf_counter()
@@ -229,7 +243,8 @@ async def run_slot(
         )
         return result(RunStatus.SKIPPED, skip_reason=reason)
 
-    async with database.session() as session:
+    async def gate(session: AsyncSession) -> RunResult | None:
+        """Take the lock and check the slot: the recorded skip, or None to go on."""
         locked = await session.scalar(
             sql.LOCK_TRY_XACT, {"namespace": task.lock_namespace, "key": task.lock_key}
         )
@@ -243,6 +258,21 @@ async def run_slot(
             return await _record(
                 session, skipped(SkipReason.SLOT_DONE, f"slot {slot.isoformat()} already ran")
             )
+        return None
+
+    async with database.session() as session:
+        if (skip := await gate(session)) is not None:
+            return skip
+        # Recorded misses commit on their own, so they stand whatever becomes of this run
+        # (even if its connection dies); the lock goes with that transaction, hence the gate
+        # again.
+        if (
+            record_gaps
+            and slot is not None
+            and await _record_gaps(session, task, slot, now=started_at, trigger=trigger)
+            and (skip := await gate(session)) is not None
+        ):
+            return skip
 
         run = Run(task, session, slot)
         # Taken after the lock: a body that raises rolls back to here, and the failed row
@@ -351,24 +381,56 @@ async def record_missed(
         if not locked:
             await session.rollback()
             return None
-        written = 0
-        for slot in slots:
-            row = await session.scalar(
-                sql.RUN_INSERT_MISSED,
-                {
-                    "task": task.name,
-                    "slot": slot,
-                    "status": RunStatus.MISSED.value,
-                    "started_at": now,
-                    "finished_at": now,
-                    "trigger": RunTrigger.SCHEDULER.value,
-                    "lateness_ms": (now - slot).total_seconds() * 1000,
-                    "host": _HOST,
-                    "pid": os.getpid(),
-                },
-            )
-            written += row is not None
+        written = await _insert_missed(session, task, slots, now=now, trigger=RunTrigger.SCHEDULER)
         await session.commit()
+    return written
+
+
+async def _record_gaps(
+    session: AsyncSession, task: PeriodicTask, slot: datetime, *, now: datetime, trigger: RunTrigger
+) -> bool:
+    """Under the lock: record ``missed`` the slots between the task's latest claimed slot and
+    ``slot`` that have no row, and commit them; False if there were none (nothing committed).
+
+    A task that never claimed a slot has no gaps: its history starts with this run.
+    """
+    last = await backlog.last_claimed_slot(session, task)
+    if last is None or last >= slot:
+        return False
+    gaps = await backlog.unrecorded(session, task, last, slot, exclude=slot)
+    if not gaps:
+        return False
+    await _insert_missed(session, task, gaps, now=now, trigger=trigger)
+    await session.commit()
+    return True
+
+
+async def _insert_missed(
+    session: AsyncSession,
+    task: PeriodicTask,
+    slots: Sequence[datetime],
+    *,
+    now: datetime,
+    trigger: RunTrigger,
+) -> int:
+    """Insert ``missed`` rows for ``slots`` in the session's transaction; the number written."""
+    written = 0
+    for slot in slots:
+        row = await session.scalar(
+            sql.RUN_INSERT_MISSED,
+            {
+                "task": task.name,
+                "slot": slot,
+                "status": RunStatus.MISSED.value,
+                "started_at": now,
+                "finished_at": now,
+                "trigger": trigger.value,
+                "lateness_ms": (now - slot).total_seconds() * 1000,
+                "host": _HOST,
+                "pid": os.getpid(),
+            },
+        )
+        written += row is not None
     if written:
         logger.warning(
             "%s: %d slot(s) missed, %s … %s",
