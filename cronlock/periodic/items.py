@@ -4,11 +4,11 @@ A run does many small items in one transaction, so an item's savepoint is most o
 SQLAlchemy's ``begin_nested()`` names every savepoint anew and its asyncpg dialect prepares
 every statement, so each SAVEPOINT and RELEASE paid a prepare round trip, plus the ORM's
 bookkeeping. Here an item's SAVEPOINT, RELEASE and ROLLBACK TO go straight to the run's
-asyncpg connection as text (simple query protocol: one round trip, also behind PgBouncer), all
-with one name: savepoints of the same name stack, so items nest. The RELEASE of a top-level
-item that succeeded is held back and sent with the next item's SAVEPOINT, in one message; an
-unsent RELEASE is harmless, since releasing or rolling back the run's body savepoint takes the
-item's with it.
+asyncpg connection as text (``pg.py``'s savepoint verbs: simple query protocol, one round
+trip, also behind PgBouncer), all with one name: savepoints of the same name stack, so items
+nest. The RELEASE of a top-level item that succeeded is held back and sent with the next
+item's SAVEPOINT, in one message; an unsent RELEASE is harmless, since releasing or rolling
+back the run's body savepoint takes the item's with it.
 
 The ORM keeps its guarantees without paying for them on items that do not use it:
 
@@ -33,7 +33,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from .. import sql
+from .. import pg
 
 __all__ = ["ItemFrame", "ItemSavepoints"]
 
@@ -53,7 +53,7 @@ class ItemSavepoints:
         self.session = session
         self._sync = session.sync_session
         self._frames: list[ItemFrame] = []
-        self._driver: Any = None  # the asyncpg connection under the session's transaction
+        self._driver: pg.DriverConnection | None = None  # under the session's transaction
         self._root: SessionTransaction | None = None  # ... that transaction
         self._outer: SessionTransaction | None = None  # the last SAVEPOINT known to be sent
         # A top-level item succeeded and its RELEASE is not sent yet; the session's innermost
@@ -65,27 +65,24 @@ class ItemSavepoints:
     async def begin(self) -> ItemFrame:
         """Flush what is pending (outside the item), then take the item's SAVEPOINT."""
         sync = self._sync
-        if _has_pending(sync):
+        if pg.session_has_pending(sync):
             await self.session.flush()
         outer = sync.get_nested_transaction()
         driver = self._driver
         if outer is not self._outer or sync.get_transaction() is not self._root or driver is None:
             driver = await self._connection(outer)
         depth = len(self._frames) + 1
-        if self._unreleased and depth == 1 and outer is self._unreleased_outer:
-            statement = sql.ITEM_RELEASE_AND_SAVEPOINT
-        else:
-            statement = sql.ITEM_SAVEPOINT
+        release_previous = self._unreleased and depth == 1 and outer is self._unreleased_outer
         self._unreleased = False
         self._unreleased_outer = None
-        await driver.execute(statement)
+        await pg.savepoint(driver, release_previous=release_previous)
         frame = ItemFrame(outer, depth)
         self._frames.append(frame)
         return frame
 
     async def release(self, frame: ItemFrame) -> None:
         """The item succeeded: flush it, close SAVEPOINTs it opened, release its own."""
-        if _has_pending(self._sync):
+        if pg.session_has_pending(self._sync):
             await self.session.flush()  # inside a SAVEPOINT of its own (_before_flush)
         opened = self._opened_since(frame)
         if opened is not None:
@@ -94,7 +91,8 @@ class ItemSavepoints:
             self._unreleased = True
             self._unreleased_outer = frame.outer
         else:
-            await self._driver.execute(sql.ITEM_RELEASE)
+            assert self._driver is not None  # set by begin()
+            await pg.release_savepoint(self._driver)
 
     async def rollback(self, frame: ItemFrame) -> None:
         """The item failed: undo its writes and its ORM changes. Raises if it cannot (the
@@ -104,19 +102,20 @@ class ItemSavepoints:
             # SQLAlchemy rolls back its SAVEPOINT and its own state (expunge, expire).
             await self.session.run_sync(lambda _: opened.rollback())
         _discard_pending(self._sync)
-        await self._driver.execute(sql.ITEM_ROLLBACK)
+        assert self._driver is not None  # set by begin()
+        await pg.rollback_to_savepoint(self._driver)
 
     def end(self, frame: ItemFrame) -> None:
         if self._frames and self._frames[-1] is frame:
             self._frames.pop()
 
-    async def _connection(self, outer: SessionTransaction | None) -> Any:
+    async def _connection(self, outer: SessionTransaction | None) -> pg.DriverConnection:
         """The driver's connection, once the session's own SAVEPOINTs are on it (called when
         the session's transaction or innermost SAVEPOINT is not the one last seen)."""
         # SQLAlchemy sends a SAVEPOINT when the session first uses it: asking the session for
         # its connection sends it now, before the item's (once per new SAVEPOINT).
-        connection = await self.session.connection()
-        self._driver = (await connection.get_raw_connection()).driver_connection
+        driver = await pg.driver_of(await self.session.connection())
+        self._driver = driver
         root = self._sync.get_transaction()
         if root is not self._root:
             # First item of the run, or the task ended the transaction: nothing held back
@@ -124,7 +123,7 @@ class ItemSavepoints:
             self._unreleased = False
         self._root = root
         self._outer = outer
-        return self._driver
+        return driver
 
     def _opened_since(self, frame: ItemFrame) -> SessionTransaction | None:
         """The outermost SAVEPOINT the session opened inside the item and has not closed."""
@@ -143,12 +142,6 @@ class ItemSavepoints:
         frame = self._frames[-1]
         if session.get_nested_transaction() is frame.outer:
             session.begin_nested()
-
-
-def _has_pending(session: Session) -> bool:
-    """``session.new or session.deleted or session.dirty``, without building those three
-    sets twice per item: ``dirty`` is the identity map's modified states not deleted."""
-    return bool(session._new or session._deleted or session.identity_map._modified)
 
 
 def _discard_pending(session: Session) -> None:
