@@ -41,8 +41,11 @@ def _cpu_ticks(pid: int) -> int:
 
 
 def _lane_pid(drainer: Any) -> int | None:
-    lanes = drainer._lanes
-    return lanes[0].raw.get_server_pid() if lanes and lanes[0].raw is not None else None
+    # Private, and it moved: a list of lanes with ``raw`` before the drainer was split in
+    # parts, a ``Lanes`` whose ``lanes`` have ``driver`` since; the A/B runs both.
+    lanes = getattr(drainer._lanes, "lanes", drainer._lanes) or []
+    driver = getattr(lanes[0], "driver", getattr(lanes[0], "raw", None)) if lanes else None
+    return driver.get_server_pid() if driver is not None else None
 
 
 async def _backend_cpu(task: asyncio.Task[Any], pid_of: Any) -> float:

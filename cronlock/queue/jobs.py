@@ -1,12 +1,10 @@
-"""Jobs as values: handlers and their options, a claimed job, and the retry rule (pure).
+"""Jobs as values: handlers and their options, a claimed job, the backoff, and the checks of
+what enqueueing accepts (pure).
 
 A job is a row of ``jobs``; a handler is the coroutine registered for its ``job_type``. Nothing
-here touches the database: enqueueing is ``enqueue.py``, running and completing jobs is the
-drainer's.
-
-The retry rule (DESIGN.md): ``max_retries = N`` allows N retries, N+1 attempts. ``retry_count``
-counts the retries made, and ``error_history`` gets one ``{attempt, error, at}`` entry per
-failed attempt. ``outcome_of_failure`` is the rule in one pure function.
+here touches the database: enqueueing is ``enqueue.py``; claiming and running jobs is the
+drainer's (``drainer.py`` and its parts), and what an attempt leaves in the row, the retry rule
+included, is ``complete.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from typing import Any, TypeAlias
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..errors import InvalidJobOption, InvalidPayload, UnknownJobType
-from ..outcome import MAX_MESSAGE_LENGTH, JobStatus
 from ..sql.tables import DEFAULT_QUEUE
 
 __all__ = [
@@ -39,15 +36,12 @@ __all__ = [
     "Job",
     "JobHandler",
     "JobOptions",
-    "JobOutcome",
     "check_dedup_keys",
     "check_int4",
     "check_max_retries",
     "check_queue",
     "handler_for",
     "job_options",
-    "outcome_of_failure",
-    "outcome_of_success",
     "parse_json",
     "to_json",
     "to_payload",
@@ -127,77 +121,6 @@ class Enqueued:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": str(self.id), "created": self.created, "deduplicated": not self.created}
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    """What one attempt of a job leaves in its row (written in batches by JOB_FINISH_MANY)."""
-
-    id: uuid.UUID
-    status: JobStatus
-    retry_count: int
-    started_at: datetime
-    finished_at: datetime
-    run_at: datetime | None = None
-    error: str | None = None
-    error_entry: str | None = None
-    result: str | None = None
-    created_at: datetime | None = None
-
-    @property
-    def completed_at(self) -> datetime | None:
-        return None if self.status is JobStatus.RETRYING else self.finished_at
-
-
-def outcome_of_success(
-    job: Job, result: str | None, started: datetime, now: datetime
-) -> JobOutcome:
-    return JobOutcome(
-        id=job.id,
-        status=JobStatus.COMPLETED,
-        retry_count=job.retry_count,
-        started_at=started,
-        finished_at=now,
-        result=result,
-        created_at=job.created_at,
-    )
-
-
-def outcome_of_failure(
-    job: Job,
-    error: str,
-    started: datetime,
-    now: datetime,
-    backoff: Backoff,
-    rng: random.Random | None = None,
-) -> JobOutcome:
-    """The retry rule: retry while fewer than ``max_retries`` retries were made, then fail."""
-    error = error[:MAX_MESSAGE_LENGTH]
-    attempt = job.retry_count + 1
-    entry = json.dumps({"attempt": attempt, "error": error, "at": now.isoformat()})
-    if job.retry_count < job.max_retries:
-        retry = job.retry_count + 1
-        return JobOutcome(
-            id=job.id,
-            status=JobStatus.RETRYING,
-            retry_count=retry,
-            started_at=started,
-            finished_at=now,
-            run_at=now + timedelta(seconds=backoff.delay(retry, rng)),
-            error=error,
-            error_entry=entry,
-            created_at=job.created_at,
-        )
-    return JobOutcome(
-        id=job.id,
-        status=JobStatus.FAILED,
-        retry_count=job.retry_count,
-        started_at=started,
-        finished_at=now,
-        error=error,
-        error_entry=entry,
-        created_at=job.created_at,
-    )
 
 
 def _encode_default(value: Any) -> Any:

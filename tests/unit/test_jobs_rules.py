@@ -10,7 +10,8 @@ import pytest
 
 from cronlock import Backoff, InvalidJobOption, InvalidPayload, JobStatus
 from cronlock.observe.stats import DrainStats, LatencyHistogram
-from cronlock.queue.jobs import Job, outcome_of_failure, parse_json, to_json
+from cronlock.queue.complete import outcome_of_failure
+from cronlock.queue.jobs import Job, parse_json, to_json
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

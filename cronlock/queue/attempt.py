@@ -1,0 +1,140 @@
+"""One attempt: a claimed job's handler, run with its session and its timeout.
+
+A handler gets an ORM session on its lane's connection, whose transaction is the job's (and in
+batch mode its batch's): SQLAlchemy's transaction there is nested in the lane's, which asyncpg
+turns into a SAVEPOINT, opened only when the handler first uses the session. A failure rolls
+back to it, so a failing job loses its own writes and nothing else (DESIGN.md invariant 5). A
+session its handler left untouched (no transaction, nothing in it or in ``info``) goes to the
+lane's next job, as good as new; a used one never does, so a handler must not keep a session
+past its return. A handler that committed its session released the savepoint into the job's
+transaction, so if it fails after that, only dropping the whole transaction keeps its writes
+from staying: the attempt raises ``LostLease``, as when the connection was cut or a savepoint
+could not be rolled back. The attempt's outcome is a value (``complete.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Protocol, cast
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import Session
+
+from .. import pg
+from ..outcome import JobStatus, error_line
+from .complete import Attempt, Failure, Success, datetime_of, micros_of, outcome_of_failure
+from .jobs import Backoff, Handler, Job, to_json
+
+__all__ = ["Attempts", "JobSession", "LostLease", "SessionSlot"]
+
+logger = logging.getLogger("cronlock.drainer")
+
+
+class JobSession(Session):
+    """A handler's session, which remembers whether the handler itself committed it (released
+    its savepoint into the job's transaction): after that, a failure cannot roll back to it."""
+
+    released = False
+
+    def commit(self) -> None:
+        self.released = True
+        super().commit()
+
+
+class LostLease(Exception):
+    """The lane's transaction is gone (its connection was cut or a savepoint could not be
+    rolled back): nothing of it committed. Its one argument is the attempt's ``Failure``."""
+
+
+class SessionSlot(Protocol):
+    """Where a lane keeps the session an untouched handler left, for its next job."""
+
+    session: AsyncSession | None
+
+
+class Attempts:
+    """Runs attempts of one drainer's jobs: its handlers, its clock and its retry jitter."""
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        queue: str,
+        clock: Callable[[], datetime] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.handlers = handlers
+        self.queue = queue
+        self.clock = clock
+        self.rng = rng
+
+    async def run(self, conn: AsyncConnection, slot: SessionSlot, job: Job) -> Attempt:
+        """One attempt of ``job`` on ``conn`` (inside the lane's transaction)."""
+        handler = self.handlers.get(job.job_type)
+        # The clock as an integer (µs), read twice per job: cheaper to read and to send.
+        clock = self.clock
+        started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        if handler is None:
+            return self.failed(
+                job, f"no handler registered for job type {job.job_type!r}", started, None
+            )
+        # The session needs no close(): its transaction always ends here (committed or rolled
+        # back) and it is dropped with the attempt; closing costs more than a no-op job. A
+        # session the previous handler left untouched is as good as new: it is reused.
+        session = slot.session or AsyncSession(
+            bind=conn, expire_on_commit=False, sync_session_class=JobSession
+        )
+        slot.session = None
+        try:
+            if handler.timeout is None:
+                value = await handler.func(session, job.payload)
+            else:
+                async with asyncio.timeout(handler.timeout):
+                    value = await handler.func(session, job.payload)
+            result = None if value is None else to_json(value, "the handler's result")
+            sync = cast(JobSession, session.sync_session)
+            if not sync.released and pg.session_untouched(sync):
+                slot.session = session
+            elif sync.in_transaction() or pg.session_has_pending(sync):
+                await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
+        except Exception as exc:
+            error = _describe(exc, handler)
+            try:
+                if session.in_transaction():
+                    await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
+            except Exception as broken:
+                raise LostLease(self.failed(job, error, started, handler)) from broken
+            if conn.invalidated or cast(JobSession, session.sync_session).released:
+                # The handler committed its session (released the savepoint) and then
+                # failed: only dropping the whole transaction keeps its writes from staying.
+                raise LostLease(self.failed(job, error, started, handler)) from exc
+            return self.failed(job, error, started, handler)
+        finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        return Success(job, result, started, finished)
+
+    def failed(self, job: Job, error: str, started: int, handler: Handler | None) -> Failure:
+        """The failed attempt (the retry rule decides retrying or failed), logged."""
+        backoff = handler.backoff if handler is not None else Backoff()
+        now = self.clock() if self.clock is not None else datetime.now(UTC)
+        outcome = outcome_of_failure(job, error, datetime_of(started), now, backoff, self.rng)
+        logger.warning(
+            "job %s (%s) attempt %d failed: %s%s",
+            job.id,
+            job.job_type,
+            job.retry_count + 1,
+            error,
+            "; retrying" if outcome.status is JobStatus.RETRYING else "; giving up",
+            extra={"action": "job_failed", "queue": self.queue, "job_id": str(job.id)},
+        )
+        return outcome
+
+
+def _describe(exc: BaseException, handler: Handler) -> str:
+    if isinstance(exc, TimeoutError) and handler.timeout is not None:
+        return f"TimeoutError: the handler ran longer than its timeout of {handler.timeout} s"
+    return error_line(exc)

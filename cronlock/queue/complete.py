@@ -1,0 +1,242 @@
+"""The completion: what one attempt of a job leaves in its row, and how outcomes are written.
+
+An attempt ends in a ``Success`` or a ``Failure``; ``outcome_of_failure`` is the retry rule
+(DESIGN.md): ``max_retries = N`` allows N retries, N+1 attempts, ``retry_count`` counts the
+retries made, and ``error_history`` gets one ``{attempt, error, at}`` entry per failed
+attempt. A lane writes its batch's outcomes with one statement, in the transaction that ran
+the handlers (``Completion.write``), so a job's completion commits with its handler's writes
+or not at all: ``JOB_COMPLETE_ONE`` for a lone success (strict mode), ``JOB_COMPLETE_MANY``
+for a batch of successes, ``JOB_FINISH_MANY`` for a batch with a failure in it. A failure
+whose transaction is gone is written on its own (``Completion.record_lost``). Outcomes count
+in the drainer's stats once committed (``count``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+from sqlalchemy.exc import DBAPIError, InterfaceError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .. import sql
+from ..observe.stats import DrainStats
+from ..outcome import MAX_MESSAGE_LENGTH, JobStatus
+from ..pg import AsyncpgStatement, DriverConnection
+from .jobs import Backoff, Job
+
+__all__ = [
+    "Attempt",
+    "Completion",
+    "Failure",
+    "Success",
+    "count",
+    "datetime_of",
+    "micros_of",
+    "outcome_of_failure",
+]
+
+logger = logging.getLogger("cronlock.drainer")
+
+
+class Success(NamedTuple):
+    """A successful attempt: its job, its result as JSON text, and when it started and
+    finished in microseconds since the Unix epoch, as JOB_COMPLETE_MANY takes them (a small
+    tuple, built once per job on the hot path)."""
+
+    job: Job
+    result: str | None
+    started: int
+    finished: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed attempt: its job retrying (due again at ``run_at``) or failed for good."""
+
+    job: Job
+    status: JobStatus  # RETRYING or FAILED
+    retry_count: int
+    started_at: datetime
+    finished_at: datetime
+    error: str
+    error_entry: str
+    run_at: datetime | None = None
+
+    @property
+    def completed_at(self) -> datetime | None:
+        return None if self.status is JobStatus.RETRYING else self.finished_at
+
+
+Attempt = Success | Failure
+
+
+def outcome_of_failure(
+    job: Job,
+    error: str,
+    started: datetime,
+    now: datetime,
+    backoff: Backoff,
+    rng: random.Random | None = None,
+) -> Failure:
+    """The retry rule: retry while fewer than ``max_retries`` retries were made, then fail."""
+    error = error[:MAX_MESSAGE_LENGTH]
+    entry = json.dumps({"attempt": job.retry_count + 1, "error": error, "at": now.isoformat()})
+    if job.retry_count < job.max_retries:
+        retry = job.retry_count + 1
+        return Failure(
+            job,
+            JobStatus.RETRYING,
+            retry,
+            started,
+            now,
+            error,
+            entry,
+            run_at=now + timedelta(seconds=backoff.delay(retry, rng)),
+        )
+    return Failure(job, JobStatus.FAILED, job.retry_count, started, now, error, entry)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros_of(moment: datetime) -> int:
+    """A clock's reading in microseconds since the Unix epoch (a naive one taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def datetime_of(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+class Completion:
+    """The outcome statements of one schema, compiled once for the lanes' driver."""
+
+    def __init__(self, schema: str, queue: str) -> None:
+        self.queue = queue  # for the logs
+        self._one = AsyncpgStatement.of(sql.JOB_COMPLETE_ONE, schema)
+        self._many = AsyncpgStatement.of(sql.JOB_COMPLETE_MANY, schema)
+        self._finish = AsyncpgStatement.of(sql.JOB_FINISH_MANY, schema)
+
+    async def write(self, driver: DriverConnection, outcomes: list[Attempt]) -> None:
+        """Write a batch's outcomes with one statement: the narrow ones when all succeeded."""
+        if len(outcomes) == 1:
+            (success,) = outcomes
+            if isinstance(success, Success):
+                args = self._one.args(
+                    id=success.job.id,
+                    result=success.result,
+                    started_at=datetime_of(success.started),
+                    completed_at=datetime_of(success.finished),
+                )
+                await driver.execute(self._one.sql, *args)
+                return
+        successes = [o for o in outcomes if isinstance(o, Success)]
+        if len(successes) < len(outcomes):
+            await driver.execute(self._finish.sql, *self._finish.args(**_finish_columns(outcomes)))
+        else:
+            columns = {
+                "ids": [s.job.id for s in successes],
+                "results": [s.result for s in successes],
+                "started_ats": [s.started for s in successes],
+                "completed_ats": [s.finished for s in successes],
+            }
+            await driver.execute(self._many.sql, *self._many.args(**columns))
+
+    async def record_lost(self, engine: AsyncEngine, failure: Failure) -> bool:
+        """Record a failed attempt whose transaction is gone, on a connection of its own
+        (JOB_FINISH_MANY's status guard keeps it from overwriting a newer outcome); False,
+        logged, when that fails too."""
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(sql.JOB_FINISH_MANY, _finish_columns([failure]))
+        except (OSError, DBAPIError, InterfaceError) as exc:
+            logger.error(
+                "could not record the failure of job %s: %s",
+                failure.job.id,
+                exc,
+                extra={"action": "job_outcome_lost", "queue": self.queue},
+            )
+            return False
+        return True
+
+
+_FINISH_COLUMNS = (
+    "ids",
+    "statuses",
+    "retry_counts",
+    "run_ats",
+    "errors",
+    "error_entries",
+    "results",
+    "started_ats",
+    "completed_ats",
+)
+
+
+def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
+    """One outcome as a row of JOB_FINISH_MANY's arrays (a success keeps its retry count,
+    run_at and errors: JOB_FINISH_MANY leaves NULLs as they are)."""
+    if isinstance(outcome, Success):
+        job = outcome.job
+        started, finished = datetime_of(outcome.started), datetime_of(outcome.finished)
+        return (
+            job.id,
+            JobStatus.COMPLETED.value,
+            job.retry_count,
+            None,
+            None,
+            None,
+            outcome.result,
+            started,
+            finished,
+        )
+    return (
+        outcome.job.id,
+        outcome.status.value,
+        outcome.retry_count,
+        outcome.run_at,
+        outcome.error,
+        outcome.error_entry,
+        None,
+        outcome.started_at,
+        outcome.completed_at,
+    )
+
+
+def _finish_columns(outcomes: list[Attempt]) -> dict[str, list[Any]]:
+    """Outcomes as the column arrays JOB_FINISH_MANY unnests."""
+    columns = zip(*(_finish_row(outcome) for outcome in outcomes), strict=True)
+    return {name: list(values) for name, values in zip(_FINISH_COLUMNS, columns, strict=True)}
+
+
+def count(stats: DrainStats, outcomes: list[Attempt], begun: list[float] | None = None) -> None:
+    """Count committed outcomes (called after the commit): a job's latency ends when its
+    completion is committed (in batch mode, with its batch). ``begun`` holds each job's
+    ``perf_counter`` at its start; each histogram takes the batch's latencies in one call."""
+    now, clock = datetime.now(UTC), time.perf_counter()
+    run_times: list[float] = []
+    waits: list[float] = []
+    for i, outcome in enumerate(outcomes):
+        if isinstance(outcome, Failure):
+            if outcome.status is JobStatus.RETRYING:
+                stats.retried += 1
+            else:
+                stats.failed += 1
+            continue
+        stats.processed += 1
+        if begun is not None:
+            run_times.append(clock - begun[i])
+        created = outcome.job.created_at
+        if created is not None:
+            waits.append((now - created).total_seconds())
+    stats.run_time.record_many(run_times)
+    stats.end_to_end.record_many(waits)

@@ -1,0 +1,311 @@
+"""The lanes: each claims due jobs, runs them and writes their outcomes in one transaction.
+
+The transaction is the lease. A *lane* (one pooled connection; ``concurrency`` lanes) claims
+due jobs with ``SELECT … FOR UPDATE SKIP LOCKED`` and runs their handlers (``attempt.py``),
+then writes their outcomes (``complete.py``), in that same transaction. No ``processing``
+state is committed, so there is nothing to recover: if the worker dies the transaction aborts,
+the row locks go and the jobs are due again at once, with none of their writes applied
+(DESIGN.md invariant 4). A worker whose connection was cut while it was paused cannot commit:
+it is fenced by PostgreSQL itself.
+
+Commit modes. ``strict`` (the default, the reference's semantics): one job per transaction.
+``batch``: up to ``batch_size`` jobs per transaction, one outcome UPDATE and one commit per
+batch; faster, but a crash or a lost connection rolls back the whole batch (those jobs run
+again; their database writes were never applied, their external side effects may repeat).
+
+The hot path runs on the lane's bare asyncpg connection with statements compiled once (no ORM
+on it, one claim and one outcome statement per batch). A lane with nothing due sleeps until a
+notification for its queue wakes it (LISTEN on the schema's channel, which the jobs table's
+trigger notifies at commit; polling behind PgBouncer), until the next job is due, or for the
+poll interval. On ``stop()`` lanes finish the job in flight and leave the claimed jobs not yet
+started out of the commit (handed back); ``abort()`` cuts their connections, so the server
+rolls their transactions back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+
+from .. import pg, sql
+from ..database import Database
+from ..observe.stats import DrainStats
+from ..outcome import error_line
+from ..sql.tables import jobs_channel
+from .attempt import Attempts, LostLease
+from .complete import Attempt, Completion, count
+from .jobs import Job
+
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_POLL_INTERVAL", "CommitMode", "Lane", "Lanes"]
+
+logger = logging.getLogger("cronlock.drainer")
+
+DEFAULT_BATCH_SIZE = 50  # below PostgreSQL's 64 cached subtransactions per backend
+# Seconds between checks for due jobs when no notification comes (LISTEN/NOTIFY wakes at once).
+DEFAULT_POLL_INTERVAL = 5.0
+
+
+class CommitMode(enum.StrEnum):
+    STRICT = "strict"  # one job per transaction
+    BATCH = "batch"  # one transaction (and one outcome UPDATE) per batch
+
+
+@dataclass
+class Lane:
+    number: int
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    driver: pg.DriverConnection | None = None  # under the lane, to cut it on abort
+    in_flight: int = 0
+    # A handler's session that the handler left untouched, for the next job on this lane's
+    # connection (see attempt.py); None when the next job needs a fresh one.
+    session: AsyncSession | None = None
+
+
+# A claimed payload is jsonb's text output: one JSON value, no whitespace around it, which
+# raw_decode reads without the two regular expressions json.loads runs around it.
+_decode = json.JSONDecoder().raw_decode
+
+
+class Lanes:
+    """The lanes of one active drainer: their own pool, their loops and their wake-ups."""
+
+    def __init__(
+        self,
+        database: Database,
+        attempts: Attempts,
+        completion: Completion,
+        stats: DrainStats,
+        stopping: asyncio.Event,
+        stop: Callable[[], None],
+        *,
+        queue: str,
+        batch_size: int,
+        concurrency: int,
+        poll_interval: float,
+        clock: Callable[[], datetime] | None,
+        deadline: float | None,
+    ) -> None:
+        self.database = database
+        self.attempts = attempts
+        self.completion = completion
+        self.stats = stats
+        self.queue = queue
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.deadline = deadline
+        self.lanes = [Lane(n) for n in range(concurrency)]
+        self._stopping = stopping
+        self._stop = stop  # the drainer's stop(): every lane stops claiming
+        self._aborted = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._pool: Database | None = None
+        self._listener: pg.DriverConnection | None = None
+        self._claim = pg.AsyncpgStatement.of(sql.JOB_CLAIM, database.schema)
+        self._next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, database.schema)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        return sum(lane.in_flight for lane in self.lanes)
+
+    def wake(self) -> None:
+        for lane in self.lanes:
+            lane.wake.set()
+
+    def abort(self) -> None:
+        """Cut the lanes' connections (the server rolls their transactions back) and stop."""
+        self._aborted = True
+        for lane in self.lanes:
+            self.stats.rolled_back += lane.in_flight
+            if lane.driver is not None:
+                lane.driver.terminate()
+        for task in self._tasks:
+            task.cancel()
+
+    def _engine(self) -> AsyncEngine:
+        # The lanes' own pool, configured like the app's (keepalives on direct connections,
+        # unnamed statements behind PgBouncer), one connection per lane and one spare.
+        if self._pool is None:
+            self._pool = Database(
+                self.database.url,
+                schema=self.database.schema,
+                pgbouncer=self.database.pgbouncer,
+                pool_size=len(self.lanes) + 1,
+            )
+        return self._pool.engine
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+            self._listener = None
+        if self._pool is not None:
+            await self._pool.dispose()
+            self._pool = None
+
+    # -- wake-ups -------------------------------------------------------------------------
+
+    async def listen(self) -> None:
+        """Subscribe to the schema's channel; a notification for this queue wakes idle lanes."""
+        if self.database.pgbouncer:
+            # Transaction pooling gives no session to listen on: poll instead.
+            logger.info(
+                "behind PgBouncer: polling every %s s",
+                self.poll_interval,
+                extra={"action": "polling", "queue": self.queue},
+            )
+            return
+        try:
+            listener = await pg.connect(self.database, f"cronlock-listener:{self.queue}")
+            await listener.add_listener(jobs_channel(self.database.schema), self._notified)
+        except (OSError, pg.ServerError) as exc:
+            # Behind PgBouncer in transaction mode there is no LISTEN: poll instead.
+            logger.warning(
+                "notifications unavailable (%s): polling every %s s",
+                exc,
+                self.poll_interval,
+                extra={"action": "listen_unavailable", "queue": self.queue},
+            )
+            return
+        self._listener = listener
+
+    def _notified(self, _conn: pg.DriverConnection, _pid: int, _channel: str, payload: str) -> None:
+        if payload == self.queue:
+            self.wake()
+
+    async def _idle(self, driver: pg.DriverConnection, lane: Lane) -> None:
+        """Sleep until notified, until the next job is due, or for the poll interval."""
+        seconds = await driver.fetchval(
+            self._next_due.sql, *self._next_due.args(queue=self.queue, now=self._db_now())
+        )
+        timeout = self.poll_interval if seconds is None else min(float(seconds), self.poll_interval)
+        if timeout <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(lane.wake.wait(), timeout)
+
+    def _db_now(self) -> datetime | None:
+        # None: the claim uses the database's clock, which every host shares.
+        return self.clock() if self.clock is not None else None
+
+    # -- the loops ------------------------------------------------------------------------
+
+    async def run(self, *, until_empty: bool) -> str | None:
+        """Run the lanes until they are done; an error message if one of them failed."""
+        self._tasks = [
+            asyncio.create_task(self._lane(lane, until_empty=until_empty)) for lane in self.lanes
+        ]
+        error: str | None = None
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for outcome in results:
+            if isinstance(outcome, BaseException) and not isinstance(
+                outcome, asyncio.CancelledError
+            ):
+                error = error_line(outcome)
+                logger.error(
+                    "a lane failed: %s",
+                    error,
+                    extra={"action": "lane_failed", "queue": self.queue},
+                    exc_info=outcome,
+                )
+        return error
+
+    async def _lane(self, lane: Lane, *, until_empty: bool) -> None:
+        try:
+            await self._lane_loop(lane, until_empty=until_empty)
+        except (Exception, asyncio.CancelledError):
+            if self._aborted:
+                return  # its connection was cut on purpose: the server rolled it back
+            self._stop()  # a lane that lost its database stops the drainer: exit, restart
+            raise
+
+    async def _lane_loop(self, lane: Lane, *, until_empty: bool) -> None:
+        while True:
+            async with self._engine().connect() as conn:
+                driver = await pg.driver_of(conn)
+                lane.driver = driver
+                lane.session = None  # a session is bound to one connection
+                try:
+                    await self._batches(conn, driver, lane, until_empty=until_empty)
+                    return
+                except LostLease as lost:
+                    # The connection is in no state to go on: record the failed attempt on a
+                    # fresh one, throw this one away, and carry on with a new one.
+                    await conn.invalidate()
+                    (failure,) = lost.args
+                    if await self.completion.record_lost(self._engine(), failure):
+                        count(self.stats, [failure])
+            if self.stopping:
+                return
+
+    async def _batches(
+        self, conn: AsyncConnection, driver: pg.DriverConnection, lane: Lane, *, until_empty: bool
+    ) -> None:
+        while not self.stopping:
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                break
+            lane.wake.clear()
+            claimed = await self._batch(conn, driver, lane)
+            if claimed:
+                continue
+            if until_empty:
+                break
+            await self._idle(driver, lane)
+
+    async def _batch(self, conn: AsyncConnection, driver: pg.DriverConnection, lane: Lane) -> int:
+        """Claim, run and finish one batch in one transaction; the number of jobs claimed.
+
+        A handler's session sits on the same connection as the claim: SQLAlchemy's transaction
+        there is nested in ours, which asyncpg turns into a SAVEPOINT (attempt.py).
+        """
+        outcomes: list[Attempt] = []
+        begun: list[float] = []  # when each job started, for its started -> committed latency
+        transaction = driver.transaction()
+        await transaction.start()
+        try:
+            rows = await driver.fetch(
+                self._claim.sql,
+                *self._claim.args(queue=self.queue, limit=self.batch_size, now=self._db_now()),
+            )
+            claimed = [
+                Job(id, job_type, _decode(payload)[0], retry_count, max_retries, created_at)
+                for id, job_type, payload, retry_count, max_retries, created_at in rows
+            ]
+            # Looked up once per batch, not per job.
+            stopping, perf_counter = self._stopping.is_set, time.perf_counter
+            attempt = self.attempts.run
+            for job in claimed:
+                if stopping():
+                    break
+                lane.in_flight = 1
+                begun.append(perf_counter())
+                outcome = await attempt(conn, lane, job)
+                lane.in_flight = 0
+                outcomes.append(outcome)
+            if outcomes:
+                await self.completion.write(driver, outcomes)
+        except BaseException as exc:
+            lane.in_flight = 0
+            if isinstance(exc, LostLease):
+                self.stats.rolled_back += len(outcomes)
+            if not driver.is_closed():
+                with contextlib.suppress(Exception):
+                    await transaction.rollback()
+            raise
+        await transaction.commit()
+        self.stats.handed_back += len(claimed) - len(outcomes)
+        count(self.stats, outcomes, begun)
+        return len(claimed)
