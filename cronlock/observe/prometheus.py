@@ -132,6 +132,8 @@ async def scrape(
     )
     by_state: dict[tuple[str, str], int] = {}
     for row in drainers:
+        if not row["alive"]:
+            continue  # a drainer that died and left its row (sql.WORKER_LIST's liveness rule)
         key = (row["queue"], row["state"])
         by_state[key] = by_state.get(key, 0) + 1
     for (queue, state), number in sorted(by_state.items()):

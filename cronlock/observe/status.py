@@ -122,9 +122,6 @@ async def _slot_health(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
 
 # -- the job queue ----------------------------------------------------------------------------
 
-# A worker whose heartbeat is older than this many intervals is reported as gone.
-_ALIVE_SECONDS = 10.0
-
 
 async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, Any]:
     """The queue as the tables tell it (``processing`` is in flight: see the workers)."""
@@ -151,7 +148,8 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
                 {
                     "id": str(row["id"]),
                     "queue": row["queue"],
-                    "state": row["state"] if age < _ALIVE_SECONDS else "gone",
+                    # gone: its heartbeat stopped (sql.WORKER_LIST's one liveness rule)
+                    "state": row["state"] if row["alive"] else "gone",
                     "host": row["host"],
                     "pid": row["pid"],
                     "heartbeat_age_seconds": round(age, 3),

@@ -17,7 +17,8 @@ in its own module, in the order a job meets them.
    if the handler uses it, its timeout, and the session handed on when left untouched.
 4. The completion (``complete.py``): an attempt's outcome as a value (success, or the retry
    rule's retrying/failed) and the one statement that writes a batch's outcomes.
-5. The workers table (``workers.py``): a heartbeat row that makes the drainer visible.
+5. The workers table (``workers.py``): a heartbeat row that makes the drainer visible; the one
+   rule for when such a row stops counting as alive is ``sql.WORKER_ALIVE_WITHIN``.
 
 Shutdown: ``stop()`` stops claiming; jobs in flight finish (within the grace period the
 command line gives), claimed jobs not yet started are handed back by leaving them out of the
@@ -37,6 +38,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from .. import sql
 from ..database import Database
 from ..observe.stats import DrainStats
 from ..outcome import DrainResult, RunStatus
@@ -60,8 +62,9 @@ __all__ = [
 
 logger = logging.getLogger("cronlock.drainer")
 
-# Seconds between heartbeats (the workers row, the lock connection's ping).
-DEFAULT_HEARTBEAT_INTERVAL = 2.0
+# Seconds between heartbeats (the workers row, the lock connection's ping): the interval the
+# one liveness rule (sql.WORKER_ALIVE_WITHIN) counts beats of.
+DEFAULT_HEARTBEAT_INTERVAL = sql.WORKER_HEARTBEAT_SECONDS
 
 
 class Drainer:
@@ -94,6 +97,7 @@ class Drainer:
             raise ValueError("batch_size and concurrency must be at least 1")
         self.concurrency = concurrency
         self.poll_interval = poll_interval
+        # A drainer beating less often than sql.WORKER_ALIVE_WITHIN shows as gone between beats.
         self.heartbeat_interval = heartbeat_interval
         self.keepalive = keepalive
         self.clock = clock

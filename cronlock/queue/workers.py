@@ -2,8 +2,9 @@
 
 The row only makes the drainer visible (``cronlock status``, the metrics, ``cronlock bench``):
 the advisory lock decides who is active (``lease.py``). A drainer killed without a chance to
-remove its row leaves it behind; rows that stopped beating an hour ago are pruned when a
-drainer starts beating.
+remove its row leaves it behind; how long such a row still counts as a live drainer is the one
+liveness rule, ``sql.WORKER_ALIVE_WITHIN``, which ``sql.WORKER_LIST`` applies for every
+reader; rows that stopped beating an hour ago are pruned when a drainer starts beating.
 """
 
 from __future__ import annotations

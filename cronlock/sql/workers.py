@@ -1,13 +1,33 @@
-"""Statements on ``workers``: a drainer's heartbeat row, its removal, and the list status reads."""
+"""Statements on ``workers``: a drainer's heartbeat row, its removal, and the list status reads.
+
+The table only makes the drainers visible (the advisory locks decide who is active), and how
+long a row counts as a live drainer is decided here, once: ``WORKER_LIST`` says ``alive`` for
+``cronlock status`` and the Prometheus metrics alike.
+"""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from sqlalchemy import BigInteger, Integer, Interval, Text, Uuid, bindparam, delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from .tables import workers
 
-__all__ = ["WORKER_DELETE", "WORKER_LIST", "WORKER_PRUNE", "WORKER_UPSERT"]
+__all__ = [
+    "WORKER_ALIVE_WITHIN",
+    "WORKER_DELETE",
+    "WORKER_HEARTBEAT_SECONDS",
+    "WORKER_LIST",
+    "WORKER_PRUNE",
+    "WORKER_UPSERT",
+]
+
+# How often a drainer writes its row, unless told otherwise (Drainer(heartbeat_interval=)).
+WORKER_HEARTBEAT_SECONDS = 2.0
+# The liveness rule: a row whose last heartbeat is older than five beats belongs to a drainer
+# that is gone (SIGKILLed, or its host died) and left its row behind, until WORKER_PRUNE.
+WORKER_ALIVE_WITHIN = timedelta(seconds=5 * WORKER_HEARTBEAT_SECONDS)
 
 _worker_values = {
     "queue": bindparam("queue", type_=Text),
@@ -37,6 +57,13 @@ WORKER_PRUNE = delete(workers).where(
     workers.c.heartbeat_at < func.now() - bindparam("older_than", type_=Interval)
 )
 
-WORKER_LIST = select(workers, func.now().label("now")).order_by(
-    workers.c.queue, workers.c.state, workers.c.started_at
-)
+# Every row, with the database's clock and whether the row is a live drainer (the rule above,
+# read on the database's clock, which every host's heartbeats were written with).
+WORKER_LIST = select(
+    workers,
+    func.now().label("now"),
+    (
+        workers.c.heartbeat_at
+        > func.now() - bindparam("alive_within", WORKER_ALIVE_WITHIN, type_=Interval)
+    ).label("alive"),
+).order_by(workers.c.queue, workers.c.state, workers.c.started_at)
