@@ -19,6 +19,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
 from .errors import ConfigurationError
+from .pg import QuickConnections
 from .sql.tables import SCHEMA
 
 __all__ = ["Database", "normalize_url"]
@@ -83,6 +84,7 @@ class Database:
         self.pool_size = pool_size
         self._base: AsyncEngine | None = None
         self._engine: AsyncEngine | None = None
+        self._quick: QuickConnections | None = None
 
     def __repr__(self) -> str:
         return f"Database({self.display_url!r}, schema={self.schema!r})"
@@ -136,11 +138,21 @@ class Database:
         async with self.engine.connect() as conn:
             yield conn
 
+    @property
+    def quick(self) -> QuickConnections:
+        """The connections of one-statement work (the one-job enqueue), kept off the pool."""
+        if self._quick is None:
+            self._quick = QuickConnections(self.engine)
+        return self._quick
+
     def session(self, conn: AsyncConnection | None = None) -> AsyncSession:
         """An ORM session on its own pooled connection, or bound to ``conn``."""
         return AsyncSession(conn if conn is not None else self.engine, expire_on_commit=False)
 
     async def dispose(self) -> None:
+        if self._quick is not None:
+            await self._quick.close()
+            self._quick = None
         if self._base is not None:
             await self._base.dispose()
             self._base = self._engine = None

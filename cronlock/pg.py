@@ -7,7 +7,8 @@ them on the bare asyncpg connection underneath instead, and ask the ORM session 
 on every job or item. All of that is here, typed, and nowhere else: ``DriverConnection`` (the
 part of asyncpg's connection cronlock uses), ``AsyncpgStatement`` (a statement compiled with
 the schema applied, and its arguments in the compiled order), ``connect`` (a bare connection
-for a ``Database``), ``driver_of`` (the driver under a SQLAlchemy connection), the savepoint
+for a ``Database``), ``driver_of`` (the driver under a SQLAlchemy connection),
+``QuickConnections`` (a connection kept off the pool for one-statement work), the savepoint
 verbs, and ``session_untouched`` / ``session_has_pending``. What each relies on that
 SQLAlchemy or asyncpg do not document is pinned by ``tests/unit/test_pg_internals.py``, so a
 release that renames one fails that test and nothing else; ``tests/unit/test_boundary.py``
@@ -16,6 +17,7 @@ keeps every other module from reaching past this one.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,6 +28,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.util import greenlet_spawn
 
 from .sql.savepoints import (
     ITEM_RELEASE,
@@ -37,7 +40,7 @@ from .sql.tables import SCHEMA
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import PoolProxiedConnection
-    from sqlalchemy.ext.asyncio import AsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from .database import Database
 
@@ -46,6 +49,7 @@ __all__ = [
     "ClientError",
     "DriverConnection",
     "DriverTransaction",
+    "QuickConnections",
     "ServerError",
     "connect",
     "driver_of",
@@ -174,6 +178,69 @@ def _driver(pooled: PoolProxiedConnection) -> DriverConnection:
     driver: DriverConnection | None = pooled.driver_connection
     assert driver is not None, "a closed or invalidated connection"
     return driver
+
+
+class QuickConnections:
+    """Driver connections for one-statement work (the one-job enqueue), mostly off the pool.
+
+    A pooled connection costs a checkout and a checkin, each behind a greenlet switch: about
+    20 µs a call here, most of what the one-job enqueue cost over raw asyncpg. So the first
+    caller's connection is taken from the pool once and detached from it (it keeps the
+    engine's settings), then kept: callers take turns on it, and one that finds it busy
+    borrows a pooled connection as before. A connection whose statement failed or was
+    cancelled may be in any state: it is thrown away (a pooled one invalidated). ``close``
+    closes the kept one; one in use at that moment is closed when it comes back.
+    """
+
+    KEEP = 1  # connections kept; more callers at once borrow from the pool
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._idle: list[DriverConnection] = []
+        self._kept = 0  # detached connections alive, idle or in use
+        self._closed = False
+
+    async def acquire(self) -> tuple[DriverConnection, PoolProxiedConnection | None]:
+        """A connection, and the pooled connection to give back (None for a kept one)."""
+        if self._idle:
+            return self._idle.pop(), None
+        pooled = await self._engine.raw_connection()
+        driver = _driver(pooled)
+        if self._kept >= self.KEEP or self._closed:
+            return driver, pooled
+        pooled.detach()  # no I/O: the pool forgets it and opens another in its place if needed
+        self._kept += 1
+        return driver, None
+
+    async def release(
+        self,
+        driver: DriverConnection,
+        pooled: PoolProxiedConnection | None,
+        *,
+        broken: bool = False,
+    ) -> None:
+        """Give back what ``acquire`` gave; ``broken`` when its statement did not complete."""
+        if pooled is not None:
+            if broken:
+                await greenlet_spawn(pooled.invalidate)
+            await greenlet_spawn(pooled.close)
+        elif broken or self._closed:
+            self._kept -= 1
+            if broken:
+                driver.terminate()
+            else:
+                with contextlib.suppress(OSError, ClientError, ServerError):
+                    await driver.close()
+        else:
+            self._idle.append(driver)
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for driver in idle:
+            self._kept -= 1
+            with contextlib.suppress(OSError, ClientError, ServerError):
+                await driver.close()
 
 
 # -- the savepoint verbs of a run's items (periodic/items.py) ------------------------------

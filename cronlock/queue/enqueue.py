@@ -19,7 +19,6 @@ from typing import Any, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import ClauseElement, Executable
-from sqlalchemy.util import greenlet_spawn
 
 from .. import sql
 from ..database import Database
@@ -137,33 +136,44 @@ def _compiled(statement: Executable, schema: str) -> AsyncpgStatement:
 async def _on_own_connection(
     database: Database, texts: list[str], keys: list[str | None], common: dict[str, Any]
 ) -> list[Enqueued]:
-    """Enqueue on a pooled connection of ``database`` and commit: the fast path for one job.
+    """Enqueue on a connection of ``database`` and commit: the fast path for one job.
 
     It skips SQLAlchemy's execution machinery (the statements are compiled once per schema
-    and asyncpg keeps them prepared per connection) and, for jobs without a dedup key, sends
-    the INSERT alone: one statement is its own transaction, one round trip instead of
+    and asyncpg keeps them prepared per connection) and the pool's checkout (a connection is
+    kept for it: ``pg.QuickConnections``). One job without a dedup key is one INSERT sent
+    alone: one statement is its own transaction, one round trip instead of
     BEGIN/INSERT/COMMIT. Dedup keys may take more than one statement, so those run in one
     explicit transaction; behind PgBouncer (transaction mode) every enqueue does, since only
     a transaction keeps asyncpg's prepare and execute on one server connection.
     """
-
-    single = not database.pgbouncer and all(key is None for key in keys)
-    pooled = await database.engine.raw_connection()
-    driver: Any = pooled.driver_connection
-
-    async def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
-        compiled = _compiled(statement, database.schema)
-        rows: Sequence[Sequence[Any]] = await driver.fetch(compiled.sql, *compiled.args(**params))
-        return rows
-
+    alone = not database.pgbouncer and all(key is None for key in keys)
+    quick = database.quick
+    driver, pooled = await quick.acquire()
     try:
-        if single:
-            return await _insert(run, texts, keys, common)
-        async with driver.transaction():
-            return await _insert(run, texts, keys, common)
+        if len(texts) == 1 and keys[0] is None:
+            job_id = uuid.uuid4()
+            insert = _compiled(sql.JOB_INSERT_ONE, database.schema)
+            args = insert.args(id=job_id, payload=texts[0], **common)
+            if alone:
+                await driver.execute(insert.sql, *args)
+            else:
+                async with driver.transaction():
+                    await driver.execute(insert.sql, *args)
+            answers = [Enqueued(job_id)]
+        else:
+
+            async def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+                compiled = _compiled(statement, database.schema)
+                return await driver.fetch(compiled.sql, *compiled.args(**params))
+
+            if alone:
+                answers = await _insert(run, texts, keys, common)
+            else:
+                async with driver.transaction():
+                    answers = await _insert(run, texts, keys, common)
     except BaseException:
-        # Cancelled or cut mid-statement, the connection's state is unknown: not back to the pool.
-        await greenlet_spawn(pooled.invalidate)
+        # Cancelled or cut mid-statement, the connection's state is unknown: thrown away.
+        await quick.release(driver, pooled, broken=True)
         raise
-    finally:
-        await greenlet_spawn(pooled.close)
+    await quick.release(driver, pooled)
+    return answers

@@ -143,6 +143,10 @@ def _encode_default(value: Any) -> Any:
 # A NUL escape PostgreSQL's jsonb refuses: an odd number of backslashes before u0000 (an even
 # number is an escaped backslash followed by the text "u0000").
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+# json.dumps with options builds an encoder per call: one, made once (every payload and result).
+_ENCODE = json.JSONEncoder(
+    allow_nan=False, separators=(",", ":"), ensure_ascii=False, default=_encode_default
+).encode
 
 
 def to_json(value: Any, what: str) -> str:
@@ -153,13 +157,7 @@ def to_json(value: Any, what: str) -> str:
     and nesting deeper than Python's recursion limit are refused.
     """
     try:
-        text = json.dumps(
-            value,
-            allow_nan=False,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            default=_encode_default,
-        )
+        text = _ENCODE(value)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(f"{what} is not JSON: {exc}") from None
     except RecursionError:

@@ -45,6 +45,7 @@ __all__ = [
     "JOB_FINISH_MANY",
     "JOB_GET",
     "JOB_INSERT_MANY",
+    "JOB_INSERT_ONE",
     "JOB_NEXT_DUE",
     "JOB_OLDEST_DUE",
     "JOB_RATES",
@@ -90,6 +91,23 @@ JOB_INSERT_MANY = (
     )
     .on_conflict_do_nothing(index_elements=[jobs.c.dedup_key], index_where=_DEDUP_WHERE)
     .returning(jobs.c.id)
+)
+
+# One job without a dedup key, the one-at-a-time enqueue committed on its own: a VALUES row is
+# less for the server to plan and run than unnesting arrays of one, and there is nothing to
+# return (the id is the caller's; with no dedup key there is no conflict to skip). The same
+# columns and server defaults as JOB_INSERT_MANY.
+JOB_INSERT_ONE = pg_insert(jobs).values(
+    id=bindparam("id", type_=Uuid),
+    job_type=bindparam("job_type", type_=Text),
+    payload=cast(bindparam("payload", type_=Text), JSONB),
+    queue=bindparam("queue", type_=Text),
+    priority=bindparam("priority", type_=Integer),
+    run_at=func.coalesce(
+        bindparam("run_at", type_=DateTime(timezone=True)),
+        func.now() + bindparam("delay", type_=Interval),
+    ),
+    max_retries=bindparam("max_retries", type_=Integer),
 )
 
 # The waiting jobs that hold some dedup keys (their duplicates were not inserted).

@@ -89,18 +89,21 @@ async def test_one_statement_per_job_and_a_transaction_for_dedup_keys(database: 
     async with job_app(database) as app:
         with statements_sent(app.database) as sent:
             await app.enqueue(app.database, "noop", {"n": -1})
+            # The first dedup-key enqueue on a connection also sends the driver's own queries
+            # (asyncpg looks up the array types of that path's INSERT): once, before counting.
+            await app.enqueue(app.database, "noop", {"n": -2}, dedup_key="first")
 
             async def inserted() -> bool:
-                return sent[-1:] == ["INSERT"]
+                return sent[-2:] == ["INSERT", "COMMIT"]
 
             await eventually(inserted)
-            sent.clear()  # the dialect's first-connect queries, then that INSERT
+            sent.clear()  # the dialect's first-connect queries, then those statements
             for n in range(3):
                 await app.enqueue(app.database, "noop", {"n": n})
             await logged(sent, ["INSERT"] * 3)
             await app.enqueue(app.database, "noop", {}, dedup_key="k")
             await logged(sent, ["BEGIN", "INSERT", "COMMIT"])
-    assert len(await job_rows(database)) == 5
+    assert len(await job_rows(database)) == 6
 
 
 async def test_enqueue_many_on_the_database_with_dedup_keys(database: Database) -> None:
