@@ -188,7 +188,8 @@ class QuickConnections:
     caller's connection is taken from the pool once and detached from it (it keeps the
     engine's settings), then kept: callers take turns on it, and one that finds it busy
     borrows a pooled connection as before. A connection whose statement failed or was
-    cancelled may be in any state: it is thrown away (a pooled one invalidated). ``close``
+    cancelled may be in any state: it is thrown away (a pooled one invalidated), and so is a
+    kept one the server closed while it waited (which the pool would have handed out). ``close``
     closes the kept one; one in use at that moment is closed when it comes back.
     """
 
@@ -202,8 +203,11 @@ class QuickConnections:
 
     async def acquire(self) -> tuple[DriverConnection, PoolProxiedConnection | None]:
         """A connection, and the pooled connection to give back (None for a kept one)."""
-        if self._idle:
-            return self._idle.pop(), None
+        while self._idle:
+            driver = self._idle.pop()
+            if not driver.is_closed():
+                return driver, None
+            self._kept -= 1  # closed while it waited (a server restart, a terminated backend)
         pooled = await self._engine.raw_connection()
         driver = _driver(pooled)
         if self._kept >= self.KEEP or self._closed:
