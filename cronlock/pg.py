@@ -18,7 +18,7 @@ keeps every other module from reaching past this one.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -249,20 +249,21 @@ class QuickConnections:
 
 # -- the savepoint verbs of a run's items (periodic/items.py) ------------------------------
 # Sent as text: simple query protocol, one round trip and no prepare, also behind PgBouncer.
+# Each returns the driver's own awaitable: no coroutine of its own per item.
 
 
-async def savepoint(driver: DriverConnection, *, release_previous: bool = False) -> None:
+def savepoint(driver: DriverConnection, *, release_previous: bool = False) -> Awaitable[str]:
     """SAVEPOINT; with ``release_previous``, the RELEASE of the item before rides with it."""
-    await driver.execute(ITEM_RELEASE_AND_SAVEPOINT if release_previous else ITEM_SAVEPOINT)
+    return driver.execute(ITEM_RELEASE_AND_SAVEPOINT if release_previous else ITEM_SAVEPOINT)
 
 
-async def release_savepoint(driver: DriverConnection) -> None:
-    await driver.execute(ITEM_RELEASE)
+def release_savepoint(driver: DriverConnection) -> Awaitable[str]:
+    return driver.execute(ITEM_RELEASE)
 
 
-async def rollback_to_savepoint(driver: DriverConnection) -> None:
+def rollback_to_savepoint(driver: DriverConnection) -> Awaitable[str]:
     """ROLLBACK TO the innermost item savepoint, and close it."""
-    await driver.execute(ITEM_ROLLBACK)
+    return driver.execute(ITEM_ROLLBACK)
 
 
 # -- questions about an ORM session, once per job or item -----------------------------------
