@@ -25,8 +25,8 @@ from typing import Protocol, cast
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from .. import pg
 from ..outcome import JobStatus, error_line
+from ..pg import session_has_pending, session_untouched
 from .complete import Attempt, Failure, Success, datetime_of, micros_of, outcome_of_failure
 from .jobs import Backoff, Handler, Job, to_json
 
@@ -98,9 +98,9 @@ class Attempts:
                     value = await handler.func(session, job.payload)
             result = None if value is None else to_json(value, "the handler's result")
             sync = cast(JobSession, session.sync_session)
-            if not sync.released and pg.session_untouched(sync):
+            if not sync.released and session_untouched(sync):
                 slot.session = session
-            elif sync.in_transaction() or pg.session_has_pending(sync):
+            elif sync.in_transaction() or session_has_pending(sync):
                 await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
         except Exception as exc:
             error = _describe(exc, handler)

@@ -104,6 +104,15 @@ def test_session_has_pending_is_new_or_deleted_or_dirty() -> None:
     assert states == [False, False, True, True, True, True]
 
 
+def test_the_session_keeps_its_transaction_in_an_attribute() -> None:
+    session = Session()
+    assert session._transaction is None and not session.in_transaction()
+    session.begin()
+    assert session._transaction is not None and session.in_transaction()
+    session.close()
+    assert session._transaction is None
+
+
 def test_session_untouched_is_what_a_new_session_looks_like() -> None:
     def public(session: Session) -> bool:
         return not (
@@ -258,3 +267,9 @@ def test_the_driver_errors_are_exceptions() -> None:
     assert issubclass(asyncpg.exceptions.UniqueViolationError, pg.ServerError)
     assert issubclass(asyncpg.exceptions.ConnectionDoesNotExistError, pg.ServerError)
     assert issubclass(pg.ClientError, Exception) and not issubclass(pg.ClientError, pg.ServerError)
+
+
+def test_a_statement_is_compiled_once_per_schema() -> None:
+    # The lanes and the lease ask for their statements on every run.
+    assert AsyncpgStatement.of(sql.JOB_CLAIM, "a") is AsyncpgStatement.of(sql.JOB_CLAIM, "a")
+    assert AsyncpgStatement.of(sql.JOB_CLAIM, "a") != AsyncpgStatement.of(sql.JOB_CLAIM, "b")
