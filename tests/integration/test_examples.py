@@ -24,10 +24,15 @@ async def test_reindex_then_stats(database: Database) -> None:
 
     assert reindex.status is RunStatus.PARTIAL
     assert (reindex.items_ok, reindex.items_failed) == (49, 1)
-    assert reindex.failures[0].item == "17"
+    # The demo's bad posts among the first 50 (post 17's language does not exist), and only it.
+    bad = [str(post) for post in sorted(BAD_POSTS) if post <= 50]
+    assert bad == ["17"]
+    assert [failure.item for failure in reindex.failures] == bad
     assert reindex.failures[0].error_type == "UndefinedObjectError"
+    assert f'"{BAD_POSTS[17]}" does not exist' in reindex.failures[0].message
     assert stats.status is RunStatus.COMPLETED
     assert (again.items_ok, again.items_failed) == (0, 1)
+    assert [failure.item for failure in again.failures] == bad
     async with database.session() as session:
         summary = await session.get(PostStats, 1)
         assert summary is not None and (summary.posts, summary.indexed) == (50, 49)
@@ -50,4 +55,5 @@ async def test_plain_sql_insert_enqueues_a_job(database: Database) -> None:
     assert (row["retry_count"], row["max_retries"]) == (0, 3)
     assert row["error_history"] == []
     assert row["id"] is not None and row["created_at"] is not None
-    assert 17 in BAD_POSTS
+    assert (row["queue"], row["priority"]) == ("default", 0)
+    assert row["run_at"] == row["created_at"]  # due at once

@@ -168,7 +168,13 @@ async def test_a_cancelled_enqueue_writes_nothing_and_leaves_the_pool_usable(
 
 
 async def test_enqueue_on_a_database_with_its_own_schema(empty_database: Database) -> None:
-    await schema.upgrade(Database(empty_database.url, schema="jobs_here"))
+    migrated = Database(empty_database.url, schema="jobs_here")
+    try:
+        await schema.upgrade(migrated)
+    finally:
+        # Undisposed, its pooled connection would outlive the test and warn (ResourceWarning)
+        # in whichever test runs when the garbage collector finds it.
+        await migrated.dispose()
     app = testjobs.app
     app.use_database(str(empty_database.url), schema="jobs_here")
     try:

@@ -24,11 +24,13 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 async def test_metrics_match_the_tables(database: Database) -> None:
+    waiting_since = datetime.now(UTC) - timedelta(minutes=5)
     async with job_app(database) as app:
         async with database.session() as session:
             await app.enqueue_many(session, "echo", [{"n": 1}, {"n": 2}, {"n": 3}])
             await app.enqueue(session, "always_fail", {})
-            await app.enqueue(session, "echo", {}, queue="backlog")
+            # Due for five minutes already: the oldest due job's age is known within the test.
+            await app.enqueue(session, "echo", {}, queue="backlog", run_at=waiting_since)
             await app.enqueue(session, "echo", {}, queue="later", delay=3600)
             await session.commit()
         moment = datetime.now(UTC)
@@ -46,6 +48,7 @@ async def test_metrics_match_the_tables(database: Database) -> None:
         transport = httpx.ASGITransport(app=create_api(tasks))
         async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
             answer = await http.get("/metrics")
+        scraped_by = datetime.now(UTC)
 
     assert answer.status_code == 200
     assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -63,7 +66,8 @@ async def test_metrics_match_the_tables(database: Database) -> None:
     assert m[("cronlock_job_latency_seconds_bucket", (("le", "+Inf"), ("queue", "default")))] == 3
     assert m[("cronlock_jobs_due", (("queue", "backlog"),))] == 1
     assert ("cronlock_jobs_due", (("queue", "later"),)) not in m  # not due for an hour
-    assert m[("cronlock_oldest_due_job_age_seconds", (("queue", "backlog"),))] >= 0
+    age = m[("cronlock_oldest_due_job_age_seconds", (("queue", "backlog"),))]
+    assert 300 <= age <= (scraped_by - waiting_since).total_seconds()
 
     def run(status: str, task: str) -> float:
         return m[("cronlock_task_runs_total", (("status", status), ("task", task)))]
