@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import asyncpg
 import pytest
@@ -29,6 +30,8 @@ from cronlock.errors import CronlockError
 SERVER_ENV = "CRONLOCK_TEST_DATABASE_URL"
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+from isolation import fresh_module  # noqa: E402  (tests/support is on sys.path from here)
 
 
 def pytest_configure() -> None:
@@ -151,3 +154,12 @@ async def empty_database(pg_server: URL) -> AsyncIterator[Database]:
 def database_url(database: Database) -> str:
     """The test database's URL as a user writes it (for the command line)."""
     return libpq_url(database.url)
+
+
+@pytest.fixture
+def examples() -> Iterator[ModuleType]:
+    """A copy of the examples (tasks/) of this test's own: its ``app`` may be given this
+    test's database while the ``tasks`` every other test imports stays untouched. (The models
+    a test imports from ``tasks.models`` map the same tables.)"""
+    with fresh_module("tasks") as module:
+        yield module

@@ -53,7 +53,7 @@ async def test_failed_run_exit_1(database: Database, database_url: str) -> None:
 
 async def test_skipped_run_exit_0_or_the_chosen_code(database: Database, database_url: str) -> None:
     await create_scratch(database)
-    task = items.app.task("thousand")
+    task = items.create_app().task("thousand")
     async with database.connect() as holder:
         await holder.execute(
             text("SELECT pg_advisory_xact_lock(:ns, :key)"),
@@ -162,10 +162,8 @@ def test_list_json() -> None:
     thousand = tasks["thousand"]
     assert thousand["cron"] == "*/5 * * * *"
     assert thousand["timezone"] == "UTC"
-    assert thousand["lock"] == [
-        items.app.task("thousand").lock_namespace,
-        items.app.task("thousand").lock_key,
-    ]
+    declared = items.create_app().task("thousand")
+    assert thousand["lock"] == [declared.lock_namespace, declared.lock_key]
     assert thousand["next_fire_time_utc"].endswith("+00:00")
 
 

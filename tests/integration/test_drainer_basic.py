@@ -53,7 +53,8 @@ async def test_basic_processing_and_a_second_run_finds_nothing(database: Databas
 async def test_flaky_handler_succeeds_on_its_third_attempt(database: Database) -> None:
     await _enqueue(database, "flaky", [{"key": "a"}])
     clock = Clock()
-    async with job_app(database) as app:
+    attempts: dict[str, int] = {}
+    async with job_app(database, attempts=attempts) as app:
         first = await app.drain(clock=clock)
         assert first.status is RunStatus.PARTIAL and first.stats["retried"] == 1
         assert (await app.drain(clock=clock)).stats["processed"] == 0  # not due before 1 s
@@ -65,7 +66,7 @@ async def test_flaky_handler_succeeds_on_its_third_attempt(database: Database) -
         last = await app.drain(clock=clock)
 
     assert last.status is RunStatus.COMPLETED and last.stats["processed"] == 1
-    assert testjobs.attempts["a"] == 3
+    assert attempts["a"] == 3
     [row] = await job_rows(database)
     assert row["status"] == "completed"
     assert row["retry_count"] == 2
@@ -202,7 +203,7 @@ async def test_other_queues_are_left_alone(database: Database) -> None:
 
 async def test_another_schema_end_to_end(empty_database: Database) -> None:
     other = Database(empty_database.url, schema="queue_here")
-    app = testjobs.app
+    app = testjobs.create_app()
     try:
         from cronlock import schema
 

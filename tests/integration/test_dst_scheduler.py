@@ -28,7 +28,7 @@ async def _fire_like_apscheduler(
     scheduler: Scheduler, name: str, start: datetime, end: datetime
 ) -> None:
     """Wake the task at each fire time its trigger gives (plus a little processing delay)."""
-    task = sched.app.task(name)
+    task = scheduler.app.task(name)
     trigger = ScheduleTrigger(task)
     previous = None
     while True:
@@ -50,7 +50,7 @@ async def test_across_a_transition(database: Database, zone_name: str, day: date
         f"{SHORT[zone_name]}-0230": "30 2 * * *",
         f"{SHORT[zone_name]}-half-hourly": "*/30 * * * *",
     }
-    scheduler = Scheduler(sched.app, database, tasks=list(names))
+    scheduler = Scheduler(sched.create_app(), database, tasks=list(names))
 
     await asyncio.gather(*(_fire_like_apscheduler(scheduler, n, start, end) for n in names))
 

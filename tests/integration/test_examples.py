@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from sqlalchemy import func, select, text
 
-import tasks
-from cronlock import Database, RunStatus
+from cronlock import App, Database, RunStatus
 from tasks.models import BAD_POSTS, Post, PostStats
 
 
-async def test_reindex_then_stats(database: Database) -> None:
-    app = tasks.app
+async def test_reindex_then_stats(database: Database, examples: ModuleType) -> None:
+    app: App = examples.app
     app.use_database(str(database.url))
     try:
         async with database.session() as session:
-            await tasks.setup_demo(session, posts=50)
+            await examples.setup_demo(session, posts=50)
         reindex = await app.run("reindex-fts", manual=True)
         stats = await app.run("refresh-post-stats", manual=True)
         # Only the bad post is left, and fails again.

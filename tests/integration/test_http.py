@@ -14,7 +14,6 @@ import httpx
 import pytest
 from itemsupport import count, items_app
 from jobsupport import job_app
-from testapps import jobs as jobsapp
 
 from cronlock import App, Database
 from cronlock.http import MAX_BODY_BYTES, PUBLIC_ENV, READ_TOKEN_ENV, TOKEN_ENV, create_api
@@ -30,17 +29,23 @@ def _no_api_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def client(database: Database) -> AsyncIterator[httpx.AsyncClient]:
+async def jobs_app(database: Database) -> AsyncIterator[App]:
+    """This test's app of the test handlers, on its database."""
     async with job_app(database) as app:
-        transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
-        async with httpx.AsyncClient(transport=transport, base_url="http://cronlock") as http:
-            yield http
+        yield app
+
+
+@pytest.fixture
+async def client(jobs_app: App) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_api(jobs_app, token=TOKEN))
+    async with httpx.AsyncClient(transport=transport, base_url="http://cronlock") as http:
+        yield http
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-async def test_enqueue_drain_read_back(client: httpx.AsyncClient, database: Database) -> None:
+async def test_enqueue_drain_read_back(client: httpx.AsyncClient, jobs_app: App) -> None:
     answer = await client.post(
         "/jobs", json={"job_type": "echo", "payload": {"to": "a@b.c"}}, headers=AUTH
     )
@@ -52,7 +57,7 @@ async def test_enqueue_drain_read_back(client: httpx.AsyncClient, database: Data
     pending = (await client.get(f"/jobs/{job_id}", headers=AUTH)).json()
     assert pending["status"] == "pending"
 
-    result = await jobsapp.app.drain()
+    result = await jobs_app.drain()
     assert result.stats["processed"] == 1
 
     done = await client.get(f"/jobs/{job_id}", headers=AUTH)
@@ -64,7 +69,7 @@ async def test_enqueue_drain_read_back(client: httpx.AsyncClient, database: Data
 
 
 async def test_failing_job_shows_retries_and_history(
-    client: httpx.AsyncClient, database: Database
+    client: httpx.AsyncClient, jobs_app: App
 ) -> None:
     answer = await client.post("/jobs", json={"job_type": "always_fail"}, headers=AUTH)
     job_id = answer.json()["id"]
@@ -72,7 +77,7 @@ async def test_failing_job_shows_retries_and_history(
     for _ in range(3):  # max_retries=2: three attempts, each due when the clock jumps
         later += timedelta(hours=2)
         moment = later
-        await jobsapp.app.drainer(clock=lambda moment=moment: moment).drain()
+        await jobs_app.drainer(clock=lambda moment=moment: moment).drain()
     view = (await client.get(f"/jobs/{job_id}", headers=AUTH)).json()
     assert view["status"] == "failed"
     assert (view["retry_count"], view["max_retries"]) == (2, 2)

@@ -175,7 +175,7 @@ async def test_enqueue_on_a_database_with_its_own_schema(empty_database: Databas
         # Undisposed, its pooled connection would outlive the test and warn (ResourceWarning)
         # in whichever test runs when the garbage collector finds it.
         await migrated.dispose()
-    app = testjobs.app
+    app = testjobs.create_app()
     app.use_database(str(empty_database.url), schema="jobs_here")
     try:
         answer = await app.enqueue(app.database, "noop", {"n": 1})

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from types import ModuleType
 
 from sqlalchemy import select
 
-import tasks
-from cronlock import Database, RunStatus
+from cronlock import App, Database, RunStatus
 from cronlock.sql.tables import jobs
 from tasks.models import User
 
 
-async def test_email_report_and_payments_with_one_failing(database: Database) -> None:
-    app = tasks.app
+async def test_email_report_and_payments_with_one_failing(
+    database: Database, examples: ModuleType
+) -> None:
+    app: App = examples.app
     app.use_database(str(database.url))
     try:
         async with database.session() as session:
-            await tasks.setup_demo(session, posts=1)
+            await examples.setup_demo(session, posts=1)
             await app.enqueue(session, "send_email", {"to": "a@example.com"})
             await app.enqueue(session, "generate_report", {"report_id": 42})
             # 100 payments to 10 users, one of them to a user who does not exist.

@@ -57,16 +57,17 @@ async def _down_for_three_hours(
     database: Database, names: list[str], *, schedulers: int = 1
 ) -> None:
     """A scheduler runs the 09:00 slots, then none runs until ``schedulers`` restart at 12:20,
-    all at once, each waking every task in ``names``."""
-    before = Scheduler(sched.app, database, tasks=names)
+    all at once, each waking every task in ``names`` (each process with an app of its own)."""
+    app = sched.create_app()
+    before = Scheduler(app, database, tasks=names)
     for name in names:
-        await before.wake(sched.app.task(name), now=BEFORE)
+        await before.wake(app.task(name), now=BEFORE)
     engines = [Database(database.url) for _ in range(schedulers)]
     try:
-        restarted = [Scheduler(sched.app, engine, tasks=names) for engine in engines]
+        restarted = [Scheduler(sched.create_app(), engine, tasks=names) for engine in engines]
         await asyncio.gather(
             *(
-                scheduler.wake(sched.app.task(name), now=RESTART)
+                scheduler.wake(scheduler.app.task(name), now=RESTART)
                 for scheduler in restarted
                 for name in names
             )
@@ -78,7 +79,7 @@ async def _down_for_three_hours(
         # next wake, which catches it up.
         for scheduler in restarted:
             for name in names:
-                await scheduler.wake(sched.app.task(name), now=RESTART + timedelta(seconds=1))
+                await scheduler.wake(scheduler.app.task(name), now=RESTART + timedelta(seconds=1))
     finally:
         for engine in engines:
             await engine.dispose()
@@ -198,12 +199,13 @@ async def test_a_long_backlog_is_bounded_and_said(
 ) -> None:
     """A minutely task last seen 30 days ago: the latest 1,000 slots are recorded, not 43,200."""
     await create_work_table(database)
-    task = sched.app.task("tick")
+    app = sched.create_app()
+    task = app.task("tick")
     long_ago = RESTART - timedelta(days=30)
-    await Scheduler(sched.app, database, tasks=["tick"]).wake(task, now=long_ago)
+    await Scheduler(app, database, tasks=["tick"]).wake(task, now=long_ago)
 
     with caplog.at_level("WARNING", logger="cronlock.scheduler"):
-        await Scheduler(sched.app, database, tasks=["tick"]).wake(task, now=RESTART)
+        await Scheduler(app, database, tasks=["tick"]).wake(task, now=RESTART)
 
     history = await runs_of(database, "tick")
     missed = [r["slot"] for r in history if r["status"] == "missed"]

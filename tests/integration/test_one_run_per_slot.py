@@ -23,7 +23,7 @@ SLOT = datetime(2026, 11, 29, 10, 15, tzinfo=UTC)
 async def test_second_run_for_a_done_slot_is_skipped(database: Database) -> None:
     """A 1 ms task: the first run commits and releases the lock long before the second asks."""
     await create_work_table(database)
-    task = sched.app.task("tick")
+    task = sched.create_app().task("tick")
 
     first = await execute(database, task, now=SLOT + timedelta(seconds=0.3))
     second = await execute(database, task, now=SLOT + timedelta(seconds=1.3))
@@ -61,7 +61,7 @@ async def test_two_processes_one_after_the_other(database: Database, database_ur
 
 
 async def test_early_and_late_invocations_map_to_their_slot() -> None:
-    task = sched.app.task("hourly-skip")  # grace 60 s, early 5 s by default
+    task = sched.create_app().task("hourly-skip")  # grace 60 s, early 5 s by default
     top = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
     assert resolve_slot(task, top - timedelta(seconds=2)) == top  # a fast clock
     assert resolve_slot(task, top + timedelta(seconds=59)) == top  # a slow host
@@ -101,7 +101,7 @@ async def test_outside_grace_nothing_runs_unless_manual(
 
 async def test_manual_runs_claim_no_slot(database: Database) -> None:
     await create_work_table(database)
-    task = sched.app.task("tick")
+    task = sched.create_app().task("tick")
     manual = await execute(database, task, now=SLOT, manual=True)
     on_time = await execute(database, task, now=SLOT + timedelta(seconds=1))
     assert (manual.status, manual.slot, manual.trigger) == (
@@ -114,7 +114,7 @@ async def test_manual_runs_claim_no_slot(database: Database) -> None:
 
 async def test_a_failed_run_claims_its_slot_and_commits_nothing(database: Database) -> None:
     await create_work_table(database)
-    task = sched.app.task("failing")
+    task = sched.create_app().task("failing")
 
     failed = await execute(database, task, now=SLOT)
     again = await execute(database, task, now=SLOT + timedelta(seconds=1))
@@ -135,12 +135,13 @@ async def test_thousand_slots_two_schedulers_two_invokers_skewed(database: Datab
     order; the next slot starts when all four attempts at this one are done.
     """
     await create_work_table(database)
-    task = sched.app.task("tick")
+    app = sched.create_app()
+    task = app.task("tick")
     first = datetime(2026, 11, 29, 0, 0, tzinfo=UTC)
     slots = [first + timedelta(minutes=i) for i in range(1000)]
     randomness = random.Random(4)
     engines = [Database(database.url) for _ in range(4)]
-    schedulers = [Scheduler(sched.app, engines[i], tasks=["tick"]) for i in range(2)]
+    schedulers = [Scheduler(app, engines[i], tasks=["tick"]) for i in range(2)]
 
     def skew() -> timedelta:
         return timedelta(seconds=randomness.uniform(-2, 2))
@@ -177,7 +178,7 @@ async def test_a_run_whose_connection_dies_is_recorded_failed(database: Database
     """The savepoint cannot be rolled back on a dead connection: the transaction is gone with
     its writes and lock, and the failure is recorded afresh."""
     await create_work_table(database)
-    task = sched.app.task("connection-lost")
+    task = sched.create_app().task("connection-lost")
 
     failed = await execute(database, task, now=SLOT)
 

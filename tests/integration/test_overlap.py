@@ -62,7 +62,7 @@ async def test_killed_run_leaves_no_lock_and_no_writes(
         CRASH_MARKER=str(marker),
     )
     wait_for(marker.exists, timeout=60)
-    task = items.app.task("crash")
+    task = items.create_app().task("crash")
     assert await lock_holders(database, task), "the run should hold its lock while it works"
 
     os.kill(proc.pid, signal.SIGKILL)

@@ -42,7 +42,7 @@ async def test_runs_through_pgbouncer_leave_no_lock(database: Database) -> None:
     # Not skipped: the first left no lock behind. It ran every item, and every one failed (the
     # first run committed them all; the bad ones fail again), so it is failed, not partial.
     assert (second.status, second.items_failed) == (RunStatus.FAILED, 1000)
-    assert await lock_holders(database, items.app.task("thousand")) == []
+    assert await lock_holders(database, items.create_app().task("thousand")) == []
 
 
 async def test_overlapping_processes_through_pgbouncer(database: Database) -> None:
@@ -76,7 +76,7 @@ async def test_drains_through_pgbouncer_and_leave_no_lock(database: Database) ->
         await app.enqueue_many(session, "count", [{"n": i} for i in range(50)])
         await session.commit()
     with running_pgbouncer(database.url, pool_size=3) as bouncer:
-        app = testjobs.app
+        app = testjobs.create_app()
         app.use_database(bouncer.render_as_string(hide_password=False), pgbouncer=True)
         try:
             first = await app.drain(commit_mode="batch", batch_size=20)

@@ -79,7 +79,7 @@ async def test_sigterm_past_the_grace_rolls_the_run_back_whole(
 
     async def lock_is_free() -> bool:
         # The run's transaction is gone with its lock: the slot is still free to run.
-        task = sched.app.task("held")
+        task = sched.create_app().task("held")
         async with database.connect() as conn:
             from cronlock import sql
 
@@ -100,14 +100,15 @@ async def test_daemon_fires_the_current_slot_at_start_and_schedules_the_next(
 ) -> None:
     await create_work_table(database)
     moment = datetime.now(UTC)
-    scheduler = Scheduler(sched.app, database, tasks=["tick"], clock=lambda: moment)
+    app = sched.create_app()
+    scheduler = Scheduler(app, database, tasks=["tick"], clock=lambda: moment)
     stop = asyncio.Event()
     serving = asyncio.create_task(scheduler.serve(stop))
     try:
-        slot = resolve_slot(sched.app.task("tick"), moment)
+        slot = resolve_slot(app.task("tick"), moment)
         await eventually(lambda: _has_work(database, slot))
         job = scheduler._apscheduler.get_job("tick")  # type: ignore[union-attr]
-        upcoming = sched.app.task("tick").schedule.fire_times(moment)
+        upcoming = app.task("tick").schedule.fire_times(moment)
         # The next minute, or the one after if a minute turned while the test ran.
         assert job.next_run_time in (next(upcoming), next(upcoming))
     finally:
@@ -151,11 +152,12 @@ async def test_with_drainer_drains_the_queue_beside_the_tasks(
 
 async def test_jitter_delays_firing_but_never_changes_the_slot(database: Database) -> None:
     await create_work_table(database)
-    task = sched.app.task("jittery")  # */5, jitter up to 120 s
+    app = sched.create_app()
+    task = app.task("jittery")  # */5, jitter up to 120 s
     trigger, other_host = ScheduleTrigger(task), ScheduleTrigger(task)
     start = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
     slots = list(_take(task.schedule.fire_times(start - timedelta(microseconds=1)), 24))
-    scheduler = Scheduler(sched.app, database, tasks=["jittery"])
+    scheduler = Scheduler(app, database, tasks=["jittery"])
     previous = None
     delays = []
     for slot in slots:
@@ -212,7 +214,9 @@ async def test_a_wake_that_fails_is_logged_and_the_daemon_goes_on(
 ) -> None:
     """The database goes away: each wake fails and says so; the scheduler keeps serving."""
     unreachable = Database("postgresql://nobody@127.0.0.1:1/nowhere")
-    scheduler = Scheduler(sched.app, unreachable, tasks=["tick", "yearly"], shutdown_grace=5)
+    scheduler = Scheduler(
+        sched.create_app(), unreachable, tasks=["tick", "yearly"], shutdown_grace=5
+    )
     stop = asyncio.Event()
     with caplog.at_level("ERROR", logger="cronlock.scheduler"):
         serving = asyncio.create_task(scheduler.serve(stop))

@@ -22,10 +22,10 @@ async def create_scratch(database: Database) -> None:
 async def items_app(
     database: Database, url: str | None = None, *, pgbouncer: bool = False
 ) -> AsyncIterator[App]:
-    """The test tasks' app with its scratch table in ``database``, talking to ``url``
-    (the database itself unless given, e.g. through a PgBouncer)."""
+    """A new app of the test tasks, with their scratch table in ``database``, talking to
+    ``url`` (the database itself unless given, e.g. through a PgBouncer)."""
     await create_scratch(database)
-    app = items.app
+    app = items.create_app()
     app.use_database(url or str(database.url), pgbouncer=pgbouncer)
     try:
         yield app

@@ -1,4 +1,4 @@
-"""Helpers for queue tests: a test app on a test database, rows of ``jobs`` as dicts."""
+"""Helpers for queue tests: a test app of its own on a test database, rows of ``jobs`` as dicts."""
 
 from __future__ import annotations
 
@@ -14,14 +14,21 @@ from cronlock import App, Database
 from cronlock.sql.tables import jobs
 
 
-@asynccontextmanager
-async def job_app(database: Database) -> AsyncIterator[App]:
-    """The test handlers' app on ``database``, with their scratch tables and counter row."""
+async def create_job_tables(database: Database) -> None:
+    """The handlers' scratch tables and counter row (for a command's handlers, too)."""
     async with database.engine.begin() as conn:
         await conn.run_sync(testjobs.scratch.create_all)
         await conn.execute(insert(testjobs.counter).values(id=1, n=0).on_conflict_do_nothing())
-    testjobs.attempts.clear()
-    app = testjobs.app
+
+
+@asynccontextmanager
+async def job_app(
+    database: Database, *, attempts: dict[str, int] | None = None
+) -> AsyncIterator[App]:
+    """A new app of the test handlers on ``database``, with their scratch tables and counter
+    row; the flaky handler counts its attempts in ``attempts`` when given."""
+    await create_job_tables(database)
+    app = testjobs.create_app(attempts)
     app.use_database(str(database.url))
     try:
         yield app

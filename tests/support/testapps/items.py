@@ -12,8 +12,6 @@ from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select
 import cronlock
 from cronlock.sql.tables import runs
 
-app = cronlock.App()
-
 scratch = MetaData()
 processed = Table("processed", scratch, Column("item", Integer, primary_key=True))
 
@@ -21,7 +19,6 @@ ITEMS = 1000
 FAILING = {i for i in range(ITEMS) if i % 100 == 7}  # 10 items
 
 
-@app.periodic("thousand", cron="*/5 * * * *")
 async def thousand(run: cronlock.Run) -> None:
     """1,000 items, of which 10 raise."""
     for item in range(ITEMS):
@@ -31,7 +28,6 @@ async def thousand(run: cronlock.Run) -> None:
                 raise ValueError(f"item {item} is bad")
 
 
-@app.periodic("explode", cron="0 * * * *")
 async def explode(run: cronlock.Run) -> None:
     """Writes, then raises: nothing of it may stay."""
     async with run.item("first"):
@@ -39,7 +35,6 @@ async def explode(run: cronlock.Run) -> None:
     raise RuntimeError("the body blew up")
 
 
-@app.periodic("slow", cron="* * * * *")
 async def slow(run: cronlock.Run) -> None:
     """Holds its lock until every peer has recorded its skip (or 60 s pass)."""
     peers = int(os.environ.get("OVERLAP_PEERS", "0"))
@@ -56,7 +51,6 @@ async def slow(run: cronlock.Run) -> None:
         await run.session.execute(insert(processed).values(item=1))
 
 
-@app.periodic("crash", cron="* * * * *")
 async def crash(run: cronlock.Run) -> None:
     """Writes items; with CRASH_MARKER set, tells the test so and waits to be killed."""
     for item in range(5):
@@ -66,3 +60,16 @@ async def crash(run: cronlock.Run) -> None:
     if marker:
         Path(marker).write_text(str(os.getpid()))
         await asyncio.Event().wait()
+
+
+def create_app() -> cronlock.App:
+    """A new App with these tasks (each test builds its own)."""
+    app = cronlock.App()
+    app.periodic("thousand", cron="*/5 * * * *")(thousand)
+    app.periodic("explode", cron="0 * * * *")(explode)
+    app.periodic("slow", cron="* * * * *")(slow)
+    app.periodic("crash", cron="* * * * *")(crash)
+    return app
+
+
+app = create_app()  # for `--app testapps.items`

@@ -17,42 +17,24 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 import cronlock
 
-app = cronlock.App()
-
 scratch = MetaData()
 counter = Table("counter", scratch, Column("id", Integer, primary_key=True), Column("n", Integer))
 job_log = Table("job_log", scratch, Column("job", Text, nullable=False))
 
-attempts: dict[str, int] = {}
 
-
-@app.job("noop")
 async def noop(session: AsyncSession, payload: Any) -> None:
     return None
 
 
-@app.job("echo")
 async def echo(session: AsyncSession, payload: Any) -> Any:
     return {"echo": payload}
 
 
-@app.job("flaky", max_retries=5, backoff=cronlock.Backoff(jitter=0))
-async def flaky(session: AsyncSession, payload: Any) -> dict[str, Any]:
-    """Fails on its first two attempts, then succeeds (counted per payload key)."""
-    key = str(payload["key"])
-    attempts[key] = attempts.get(key, 0) + 1
-    if attempts[key] < 3:
-        raise ValueError(f"temporary failure {attempts[key]}")
-    return {"ok": True, "attempts": attempts[key]}
-
-
-@app.job("always_fail", max_retries=2, backoff=cronlock.Backoff(jitter=0))
 async def always_fail(session: AsyncSession, payload: Any) -> None:
     await session.execute(insert(job_log).values(job="always_fail"))  # rolled back each time
     raise ValueError("permanent error")
 
 
-@app.job("count")
 async def count(session: AsyncSession, payload: Any) -> None:
     """+1 on the counter row and a log line, both in the job's transaction."""
     await session.execute(update(counter).where(counter.c.id == 1).values(n=counter.c.n + 1))
@@ -68,7 +50,6 @@ async def count(session: AsyncSession, payload: Any) -> None:
         await asyncio.sleep(delay)
 
 
-@app.job("gated")
 async def gated(session: AsyncSession, payload: Any) -> dict[str, Any]:
     """Tells the test it started (a marker file), then waits for the test's release file."""
     Path(os.environ["GATE_STARTED"]).write_text(str(payload["n"]))
@@ -81,32 +62,58 @@ async def gated(session: AsyncSession, payload: Any) -> dict[str, Any]:
     return {"n": payload["n"]}
 
 
-@app.job("sleepy", max_retries=0, timeout=0.2)
 async def sleepy(session: AsyncSession, payload: Any) -> None:
     await session.execute(insert(job_log).values(job="sleepy"))
     await asyncio.sleep(30)
 
 
-@app.job("sql_sleepy", max_retries=0, timeout=0.3)
 async def sql_sleepy(session: AsyncSession, payload: Any) -> None:
     await session.execute(insert(job_log).values(job="sql_sleepy"))
     await session.execute(text("SELECT pg_sleep(30)"))
 
 
-@app.job("bad_result")
 async def bad_result(session: AsyncSession, payload: Any) -> Any:
     return {"not json": object()}
 
 
-@app.job("bad_sql", max_retries=0)
 async def bad_sql(session: AsyncSession, payload: Any) -> None:
     await session.execute(insert(job_log).values(job="bad_sql"))
     await session.execute(text("SELECT * FROM no_such_table"))
 
 
-@app.job("commits_then_fails", max_retries=0)
 async def commits_then_fails(session: AsyncSession, payload: Any) -> None:
     """Commits its session (its savepoint is released), then raises."""
     await session.execute(insert(job_log).values(job="commits_then_fails"))
     await session.commit()
     raise RuntimeError("failed after committing")
+
+
+def create_app(attempts: dict[str, int] | None = None) -> cronlock.App:
+    """A new App with these handlers (each test builds its own). The flaky handler counts its
+    attempts per payload key in ``attempts``, for the test that gave it to read."""
+    tries = {} if attempts is None else attempts
+
+    async def flaky(session: AsyncSession, payload: Any) -> dict[str, Any]:
+        """Fails on its first two attempts, then succeeds (counted per payload key)."""
+        key = str(payload["key"])
+        tries[key] = tries.get(key, 0) + 1
+        if tries[key] < 3:
+            raise ValueError(f"temporary failure {tries[key]}")
+        return {"ok": True, "attempts": tries[key]}
+
+    app = cronlock.App()
+    app.job("noop")(noop)
+    app.job("echo")(echo)
+    app.job("flaky", max_retries=5, backoff=cronlock.Backoff(jitter=0))(flaky)
+    app.job("always_fail", max_retries=2, backoff=cronlock.Backoff(jitter=0))(always_fail)
+    app.job("count")(count)
+    app.job("gated")(gated)
+    app.job("sleepy", max_retries=0, timeout=0.2)(sleepy)
+    app.job("sql_sleepy", max_retries=0, timeout=0.3)(sql_sleepy)
+    app.job("bad_result")(bad_result)
+    app.job("bad_sql", max_retries=0)(bad_sql)
+    app.job("commits_then_fails", max_retries=0)(commits_then_fails)
+    return app
+
+
+app = create_app()  # for `--app testapps.jobs` (and benchmarks/drain_noop.py)
