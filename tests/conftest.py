@@ -3,7 +3,9 @@
 The server is the one named by ``CRONLOCK_TEST_DATABASE_URL`` (CI: the machine's PostgreSQL);
 without it an embedded PostgreSQL is started for the session, and if neither works the run
 stops with one line saying why. cronlock's migrations run once into a template database; every
-test gets its own database copied from it, so tests see real commits, locks and savepoints.
+test gets a database of its own copied from it, so tests see real commits, locks and savepoints.
+The copies are pooled: one is reset to the template's state between two tests
+(tests/support/testdb.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -31,7 +32,9 @@ SERVER_ENV = "CRONLOCK_TEST_DATABASE_URL"
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
-from isolation import fresh_module  # noqa: E402  (tests/support is on sys.path from here)
+# tests/support is on sys.path from here on.
+from isolation import fresh_module  # noqa: E402
+from testdb import DatabasePool, check_connections, libpq_url, unique_name  # noqa: E402
 
 
 def pytest_configure() -> None:
@@ -41,11 +44,6 @@ def pytest_configure() -> None:
     # terminal has it.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def libpq_url(url: URL) -> str:
-    """A postgresql:// URL for asyncpg, psql and the cronlock command line."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def _admin(server: URL, *statements: str) -> None:
@@ -89,7 +87,7 @@ def pg_server() -> Iterator[URL]:
 @pytest.fixture(scope="session")
 def template_database(pg_server: URL) -> Iterator[str]:
     """A database migrated to head once per session, copied for every test."""
-    name = f"cronlock_tpl_{uuid.uuid4().hex[:10]}"
+    name = unique_name("tpl")
     asyncio.run(_admin(pg_server, f'CREATE DATABASE "{name}"'))
 
     async def migrate() -> None:
@@ -117,43 +115,56 @@ def copy_strategy(pg_server: URL) -> str:
     return " STRATEGY FILE_COPY" if asyncio.run(version()) >= 150000 else ""
 
 
-async def _create_database(pg_server: URL, template: str, strategy: str) -> str:
-    name = f"cronlock_test_{uuid.uuid4().hex[:12]}"
-    await _admin(pg_server, f'CREATE DATABASE "{name}" TEMPLATE "{template}"{strategy}')
-    return name
+@pytest.fixture(scope="session")
+def database_pool(
+    pg_server: URL, template_database: str, copy_strategy: str
+) -> Iterator[DatabasePool]:
+    pool = DatabasePool(pg_server, template_database, copy_strategy)
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 @pytest.fixture
-async def database(
-    pg_server: URL, template_database: str, copy_strategy: str
-) -> AsyncIterator[Database]:
-    """A freshly migrated database of this test's own."""
-    name = await _create_database(pg_server, template_database, copy_strategy)
-    db = Database(pg_server.set(database=name))
+def database_name(database_pool: DatabasePool) -> Iterator[str]:
+    """A freshly migrated database of this test's own: nobody else's rows, tables, locks or
+    connections in it (reset, and checked, after the previous test that had it)."""
+    with database_pool.lease() as name:
+        yield name
+
+
+@pytest.fixture
+async def database(pg_server: URL, database_name: str) -> AsyncIterator[Database]:
+    """This test's database (see ``database_name``)."""
+    db = Database(pg_server.set(database=database_name))
     try:
         yield db
     finally:
         await db.dispose()
-        await _admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await check_connections(pg_server, database_name)
+
+
+@pytest.fixture
+def database_url(pg_server: URL, database_name: str) -> str:
+    """The test database's URL as a user writes it (for the command line)."""
+    return libpq_url(pg_server.set(database=database_name))
 
 
 @pytest.fixture
 async def empty_database(pg_server: URL) -> AsyncIterator[Database]:
-    """A database with nothing of cronlock's in it (for migration tests)."""
-    name = f"cronlock_empty_{uuid.uuid4().hex[:12]}"
+    """A database with nothing of cronlock's in it (for migration tests), made for the test."""
+    name = unique_name("empty")
     await _admin(pg_server, f'CREATE DATABASE "{name}"')
     db = Database(pg_server.set(database=name))
     try:
         yield db
     finally:
         await db.dispose()
-        await _admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def database_url(database: Database) -> str:
-    """The test database's URL as a user writes it (for the command line)."""
-    return libpq_url(database.url)
+        try:
+            await check_connections(pg_server, name)
+        finally:
+            await _admin(pg_server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ import json
 
 import asyncpg
 from cli import start_cli
-from conftest import libpq_url
 from itemsupport import count, create_scratch, items_app
 from pgbouncer import running_pgbouncer
 from sqlalchemy import select, text
 from testapps import items
+from testdb import libpq_url
 
 from cronlock import Database, RunStatus
 from cronlock.demo import lock_holders
