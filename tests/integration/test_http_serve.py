@@ -1,5 +1,6 @@
 """``cronlock serve`` itself, a real uvicorn in a subprocess: the token, the start-up warnings,
 the refusal to listen on the network with no token, and the server's memory under a 128 MiB body.
+The refusals, which start nothing, run in process (tests/support/cli.py).
 
 The memory is read from /proc: VmHWM, the process's peak resident size, before and after, so a
 body buffered for even a moment would show (reading and parsing 128 MiB took 84 → 519 MiB).
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli import finish, free_port, kill_all, run_cli, start_cli
+from cli import finish, free_port, invoke, kill_all, start_cli
 from waiting import wait_for
 
 from cronlock.http import MAX_BODY_BYTES
@@ -140,10 +141,22 @@ def test_a_huge_body_leaves_the_servers_memory_flat(database_url: str) -> None:
     assert grown_mib < 8, f"the server's peak memory grew by {grown_mib:.1f} MiB"
 
 
+@pytest.fixture
+def never_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, a command that went on to serve would serve here, for ever: it fails."""
+    import uvicorn
+
+    def served(*args: object, **kwargs: object) -> None:
+        raise AssertionError("uvicorn.run was reached: the command serves instead of refusing")
+
+    monkeypatch.setattr(uvicorn, "run", served)
+
+
+@pytest.mark.usefixtures("never_served")
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.1", "api.example.com"])
 def test_no_token_refuses_a_network_address(host: str) -> None:
     # No database is reachable there: nothing is started or connected before the refusal.
-    answer = run_cli(
+    answer = invoke(
         "--app",
         "testapps.jobs",
         "serve",
@@ -206,9 +219,10 @@ def test_insecure_open_serves_the_network_and_says_so(database_url: str) -> None
         ),
     ],
 )
+@pytest.mark.usefixtures("never_served")
 def test_bad_access_options_are_one_line(
     args: list[str], env: dict[str, str], message: str
 ) -> None:
-    answer = run_cli("serve", *args, database_url=None, **env)
+    answer = invoke("serve", *args, database_url=None, **env)
     assert answer.returncode == 2
     assert answer.stderr.count("\n") == 1 and message in answer.stderr, answer.stderr

@@ -1,63 +1,64 @@
-"""The queue on the command line: enqueue, drain, run drain, status; exit codes and bad input."""
+"""The queue on the command line: enqueue, drain, run drain, status; exit codes and bad input.
+
+In process (tests/support/cli.py); a drain installs signal handlers, which only the main thread
+may, so the tests that drain are synchronous and reach the database with ``on_database``.
+"""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from cli import run_cli
-from jobsupport import job_app, job_rows
+from cli import invoke, invoke_async
+from jobsupport import create_job_tables, job_rows
+from testdb import on_database
 
 from cronlock import Database
 
 APP = ("--app", "testapps.jobs")
 
 
-async def test_enqueue_then_drain_json(database: Database, database_url: str) -> None:
-    async with job_app(database):
-        pass
-    done = run_cli(
+def test_enqueue_then_drain_json(database_url: str) -> None:
+    on_database(database_url, create_job_tables)
+    done = invoke(
         *APP, "enqueue", "echo", '{"to": "a@b.c"}', "--priority", "3", database_url=database_url
     )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
     dedup = [
-        run_cli(*APP, "enqueue", "noop", "--dedup-key", "k", "--json", database_url=database_url)
+        invoke(*APP, "enqueue", "noop", "--dedup-key", "k", "--json", database_url=database_url)
         for _ in range(2)
     ]
     answers = [json.loads(d.stdout) for d in dedup]
     assert [a["created"] for a in answers] == [True, False]
     assert answers[0]["id"] == answers[1]["id"]
 
-    drained = run_cli(*APP, "drain", "--json", database_url=database_url)
+    drained = invoke(*APP, "drain", "--json", database_url=database_url)
     assert drained.returncode == 0, drained.stderr
     report = json.loads(drained.stdout)
     assert report["status"] == "completed"
     assert report["processed"] == 2
     for key in ("failed", "retried", "throughput_per_sec", "avg_latency_ms", "p95_latency_ms"):
         assert key in report
-    rows = {str(r["id"]): r for r in await job_rows(database)}
+    rows = {str(r["id"]): r for r in on_database(database_url, job_rows)}
     assert rows[job_id]["result"] == {"echo": {"to": "a@b.c"}}
     assert rows[job_id]["priority"] == 3
 
-    again = run_cli(*APP, "run", "drain", "--json", database_url=database_url)
+    again = invoke(*APP, "run", "drain", "--json", database_url=database_url)
     assert again.returncode == 0
     assert json.loads(again.stdout)["processed"] == 0
 
 
-async def test_drain_with_failures_exits_3_and_status_shows_them(
-    database: Database, database_url: str
-) -> None:
-    async with job_app(database):
-        pass
+def test_drain_with_failures_exits_3_and_status_shows_them(database_url: str) -> None:
+    on_database(database_url, create_job_tables)
     for args in (("always_fail", "{}"), ("noop", "{}")):
-        assert run_cli(*APP, "enqueue", *args, database_url=database_url).returncode == 0
-    drained = run_cli(*APP, "drain", "--json", "--commit-mode", "batch", database_url=database_url)
+        assert invoke(*APP, "enqueue", *args, database_url=database_url).returncode == 0
+    drained = invoke(*APP, "drain", "--json", "--commit-mode", "batch", database_url=database_url)
     assert drained.returncode == 3, drained.stderr
     report = json.loads(drained.stdout)
     assert (report["status"], report["processed"], report["retried"]) == ("partial", 1, 1)
 
-    status = run_cli(*APP, "status", "--json", database_url=database_url)
+    status = invoke(*APP, "status", "--json", database_url=database_url)
     assert status.returncode == 0, status.stderr
     queue = json.loads(status.stdout)["queue"]
     [default] = queue["queues"]
@@ -66,7 +67,7 @@ async def test_drain_with_failures_exits_3_and_status_shows_them(
     assert failure["job_type"] == "always_fail"
     assert failure["error_message"] == "ValueError: permanent error"
     assert queue["rates"]["completed_per_min_1m"] == 1.0
-    human = run_cli(*APP, "status", database_url=database_url)
+    human = invoke(*APP, "status", database_url=database_url)
     assert "queue default: 1 completed, 1 retrying" in human.stdout
 
 
@@ -84,7 +85,7 @@ async def test_drain_with_failures_exits_3_and_status_shows_them(
 async def test_bad_enqueue_is_one_line_exit_2_and_writes_nothing(
     database: Database, database_url: str, args: tuple[str, ...], message: str
 ) -> None:
-    done = run_cli(*APP, *args, database_url=database_url)
+    done = await invoke_async(*APP, *args, database_url=database_url)
     assert done.returncode == 2
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -22,7 +22,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from cli import run_cli
+from cli import invoke_async
 from history import create_work_table, runs_of, work_slots
 from testapps import sched
 
@@ -177,7 +177,9 @@ async def test_status_shows_misses_lateness_and_last_success(
     await create_work_table(database)
     await _down_for_three_hours(database, ["hourly-skip", "five-each"])
 
-    shown = run_cli("--app", "testapps.sched", "status", "--json", database_url=database_url)
+    shown = await invoke_async(
+        "--app", "testapps.sched", "status", "--json", database_url=database_url
+    )
     assert shown.returncode == 0, shown.stderr
     report = {entry["task"]: entry for entry in json.loads(shown.stdout)["tasks"]}
     hourly = report["hourly-skip"]
@@ -190,7 +192,7 @@ async def test_status_shows_misses_lateness_and_last_success(
     # The last 10 runs: 12:20 on time and the catch-ups 11:35 … 12:15.
     assert five["recent_lateness_ms"]["runs"] == 10
     assert five["recent_lateness_ms"]["max"] == (RESTART - at(11, 35)).total_seconds() * 1000
-    text = run_cli("--app", "testapps.sched", "status", database_url=database_url)
+    text = await invoke_async("--app", "testapps.sched", "status", database_url=database_url)
     assert "0 failure(s) and 3 missed slot(s) in a row" in text.stdout
 
 

@@ -8,7 +8,7 @@ import random
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from cli import run_cli
+from cli import invoke_async
 from history import create_work_table, runs_of, work_slots
 from testapps import sched
 
@@ -42,11 +42,13 @@ async def test_second_run_for_a_done_slot_is_skipped(database: Database) -> None
     assert rows[0]["trigger"] == "cron"
 
 
-async def test_two_processes_one_after_the_other(database: Database, database_url: str) -> None:
+async def test_two_commands_one_after_the_other(database: Database, database_url: str) -> None:
     await create_work_table(database)
 
-    first = run_cli("--app", "testapps.sched", "run", "yearly", "--json", database_url=database_url)
-    second = run_cli(
+    first = await invoke_async(
+        "--app", "testapps.sched", "run", "yearly", "--json", database_url=database_url
+    )
+    second = await invoke_async(
         "--app", "testapps.sched", "run", "yearly", "--json", database_url=database_url
     )
 
@@ -56,7 +58,9 @@ async def test_two_processes_one_after_the_other(database: Database, database_ur
     assert (two["status"], two["skip_reason"]) == ("skipped", "slot_done")
     assert one["slot"] == two["slot"]
     assert len(await work_slots(database, "yearly")) == 1
-    plain = run_cli("--app", "testapps.sched", "run", "yearly", database_url=database_url)
+    plain = await invoke_async(
+        "--app", "testapps.sched", "run", "yearly", database_url=database_url
+    )
     assert plain.stdout.startswith("yearly: skipped (slot_done: slot ")
 
 
@@ -76,8 +80,10 @@ async def test_outside_grace_nothing_runs_unless_manual(
     """`leap-day` fires on Feb 29 at midnight: now is outside its grace (barring that minute)."""
     await create_work_table(database)
 
-    plain = run_cli("--app", "testapps.sched", "run", "leap-day", database_url=database_url)
-    manual = run_cli(
+    plain = await invoke_async(
+        "--app", "testapps.sched", "run", "leap-day", database_url=database_url
+    )
+    manual = await invoke_async(
         "--app", "testapps.sched", "run", "leap-day", "--manual", "--json",
         database_url=database_url,
     )  # fmt: skip
@@ -94,7 +100,8 @@ async def test_outside_grace_nothing_runs_unless_manual(
         ("completed", None, "manual", None),
     ]
     assert await work_slots(database, "leap-day") == [None]
-    shown = run_cli("--app", "testapps.sched", "status", database_url=database_url).stdout
+    status = await invoke_async("--app", "testapps.sched", "status", database_url=database_url)
+    shown = status.stdout
     assert "completed  slot manual" in shown
     assert "skipped    slot none  no slot within 60 s" in shown
 

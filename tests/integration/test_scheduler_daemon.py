@@ -10,7 +10,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from cli import run_cli, start_cli
+from cli import invoke, start_cli
 from history import create_work_table, runs_of, work_slots
 from testapps import sched
 from waiting import eventually, wait_for
@@ -184,7 +184,7 @@ def _take(iterator: object, count: int) -> list[datetime]:
 def test_list_shows_next_fire_times_in_the_zone_and_utc(database_url: str) -> None:
     import json
 
-    shown = run_cli(
+    shown = invoke(
         "--app", "testapps.sched", "list", "--json", "--count", "2", database_url=database_url
     )
     assert shown.returncode == 0, shown.stderr
@@ -196,12 +196,12 @@ def test_list_shows_next_fire_times_in_the_zone_and_utc(database_url: str) -> No
         local, utc = datetime.fromisoformat(fire["local"]), datetime.fromisoformat(fire["utc"])
         assert local == utc and local.strftime("%H:%M") in ("02:30", "03:30")
         assert utc.utcoffset() == timedelta(0)
-    text = run_cli("--app", "testapps.sched", "list", database_url=database_url)
+    text = invoke("--app", "testapps.sched", "list", database_url=database_url)
     assert "NEXT (zone)" in text.stdout and "Europe/Madrid" in text.stdout
 
 
 def test_unknown_task_is_one_line_exit_2(database_url: str) -> None:
-    result = run_cli(
+    result = invoke(
         "--app", "testapps.sched", "scheduler", "--task", "nope", database_url=database_url
     )
     assert result.returncode == 2

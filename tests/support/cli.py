@@ -1,12 +1,23 @@
-"""Running the real ``cronlock`` command: in a subprocess, exactly as cron would."""
+"""Running the real ``cronlock`` command: in a subprocess, exactly as cron would, or in this
+process, as that subprocess would have run it.
+
+A subprocess costs a Python start-up and cronlock's imports, about 0.6 s a command: tests
+keep it where the process is the point (signals, kills, processes that overlap, cron's own
+environment). Exit codes and output are tested in process, with ``invoke``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from click.testing import CliRunner
+from isolation import APP_PACKAGES, fresh_modules, process_state
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
@@ -37,6 +48,47 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def invoke(*args: str, database_url: str | None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``cronlock ARGS`` in this process (click's runner on ``cronlock.cli.cli``): its exit
+    code, stdout and stderr, as ``run_cli`` would give them.
+
+    The command's process is imitated: it runs from the repository with no CRONLOCK_*
+    variable but those given, imports its app modules afresh (``isolation.fresh_modules``:
+    an App it gives a database is not the one other tests see), starts with logging
+    unconfigured, and what it changes process-wide is put back. An exception other than an
+    exit is raised here, where the process would have printed a traceback.
+
+    The command runs its own event loop (``asyncio.run``): call this from a synchronous test,
+    or ``await invoke_async(...)`` from an asynchronous one. A command that installs signal
+    handlers (drain, worker, scheduler, bench) can only run in the main thread: its test is
+    synchronous.
+    """
+    from cronlock.cli import cli
+
+    environment: dict[str, str | None] = {
+        name: None for name in os.environ if name.startswith("CRONLOCK_")
+    }
+    if database_url is not None:
+        environment["CRONLOCK_DATABASE_URL"] = database_url
+    environment.update(env)
+    with contextlib.chdir(ROOT), process_state(), fresh_modules(*APP_PACKAGES):
+        result = CliRunner().invoke(
+            cli, list(args), env=environment, prog_name="cronlock", catch_exceptions=False
+        )
+    return subprocess.CompletedProcess(
+        ["cronlock", *args], result.exit_code, result.stdout, result.stderr
+    )
+
+
+async def invoke_async(
+    *args: str, database_url: str | None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``invoke`` from an asynchronous test: in a thread, while the test's loop goes on (its
+    connections keep their transactions and locks). Not for commands that install signal
+    handlers (see ``invoke``)."""
+    return await asyncio.to_thread(invoke, *args, database_url=database_url, **env)
 
 
 def start_cli(*args: str, database_url: str | None, **env: str) -> subprocess.Popen[str]:

@@ -24,13 +24,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import asyncpg
 from sqlalchemy import URL
 
+from cronlock import Database
 from cronlock.sql.tables import SCHEMA, VERSION_TABLE
+
+T = TypeVar("T")
 
 # Test-only administration: identifiers below are cronlock's constants or names made here.
 _USER_SCHEMAS = "n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema'"
@@ -202,6 +206,20 @@ def libpq_url(url: URL) -> str:
 
 def unique_name(kind: str) -> str:
     return f"cronlock_{kind}_{uuid.uuid4().hex[:12]}"
+
+
+def on_database(url: str, work: Callable[[Database], Awaitable[T]]) -> T:
+    """``work(database)`` from a synchronous test (one whose command needs the main thread): on
+    a Database of its own, in an event loop of its own, disposed before this returns."""
+
+    async def run() -> T:
+        database = Database(url)
+        try:
+            return await work(database)
+        finally:
+            await database.dispose()
+
+    return asyncio.run(run())
 
 
 class ConnectionsLeftOpen(AssertionError):

@@ -67,8 +67,8 @@ def create_app() -> cronlock.App:
     """A new App with these tasks (each test builds its own)."""
     app = cronlock.App()
     app.periodic("tick", cron="* * * * *")(log_slot)
-    # Any moment of the year is within grace of its Jan 1 slot: real processes started one
-    # after the other always map to the same slot, with no clock to inject.
+    # Any moment of the year is within grace of its Jan 1 slot: commands run one after the
+    # other always map to the same slot, with no clock to inject.
     app.periodic("yearly", cron="0 0 1 1 *", grace=timedelta(days=400))(log_slot)
     app.periodic("jittery", cron="*/5 * * * *", grace=180, jitter=120)(log_slot)
     for policy in ("skip", "once", "each"):
