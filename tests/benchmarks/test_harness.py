@@ -37,7 +37,9 @@ async def _statuses(url: str) -> list[tuple[str, int]]:
 
 
 @pytest.mark.parametrize("options", [{"mode": "strict"}, {"mode": "batch", "batch_size": 7}])
-async def test_raw_drain_completes_every_job_once(database: Database, options: dict) -> None:
+async def test_raw_drain_completes_every_job_once(
+    database: Database, options: dict[str, object]
+) -> None:
     url = _url(database)
     system = RawQueue(url, options)
     try:

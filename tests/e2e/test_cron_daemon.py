@@ -140,8 +140,8 @@ async def test_real_cron_runs_each_minute_once_from_two_hosts(
             ["completed:", "skipped:slot_done"],
             ["completed:", "skipped:lock_busy"],
         ), (slot, by_slot, logs)
-    for slot, outcomes in by_slot.items():  # a minute before or after the three: the same
-        assert sorted(o.split(":")[0] for o in outcomes).count("completed") == 1, (slot, by_slot)
+    for moment, outcomes in by_slot.items():  # a minute before or after the three: the same
+        assert sorted(o.split(":")[0] for o in outcomes).count("completed") == 1, (moment, by_slot)
     assert set(logs) == {"a.log", "b.log"}
     for text in logs.values():
         assert "not found" not in text and "Traceback" not in text, logs

@@ -207,7 +207,7 @@ async def test_a_router_without_its_route_class_still_refuses(database: Database
             api.router.add_api_route(
                 route.path,
                 route.endpoint,
-                methods=list(route.methods),
+                methods=list(route.methods or ()),
                 dependencies=route.dependencies,
                 route_class_override=APIRoute,
             )

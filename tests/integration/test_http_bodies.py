@@ -31,7 +31,7 @@ from cronlock.http import (
 from cronlock.sql.tables import jobs
 
 TOKEN = "s3cret-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+AUTH: dict[str, str | bytes] = {"Authorization": f"Bearer {TOKEN}"}
 CHUNK = 64 * 1024
 HUGE = 128 * 1024 * 1024
 
@@ -91,9 +91,14 @@ async def served(request: pytest.FixtureRequest, database: Database) -> AsyncIte
 async def _post(
     served: Served, headers: dict[str, str | bytes], content: bytes | AsyncIterator[bytes]
 ) -> httpx.Response:
+    # As bytes, the way httpx sends them (a value may be bytes that are no ASCII text).
+    raw = [
+        (name.encode(), value if isinstance(value, bytes) else value.encode("ascii"))
+        for name, value in headers.items()
+    ]
     transport = httpx.ASGITransport(app=served.counting)
     async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
-        return await http.post(served.jobs_path, headers=headers, content=content)
+        return await http.post(served.jobs_path, headers=raw, content=content)
 
 
 def _refused(answer: httpx.Response, status: int, detail: str) -> None:

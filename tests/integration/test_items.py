@@ -30,7 +30,7 @@ class Row(Base):
     n: Mapped[int] = mapped_column(Integer, default=0)
 
 
-rows = Row.__table__
+rows = Base.metadata.tables["item_rows"]
 
 
 @asynccontextmanager

@@ -142,5 +142,6 @@ async def test_cronlock_worker_metrics_port(database: Database, database_url: st
         os.kill(worker.pid, signal.SIGTERM)
         worker.communicate(timeout=30)
     assert worker.returncode == 0
+    assert text is not None  # wait_for returns only a truthy answer
     names = {family.name for family in text_string_to_metric_families(text)}
     assert {"cronlock_jobs", "cronlock_drainers", "cronlock_task_runs"} <= names

@@ -162,6 +162,7 @@ async def test_jitter_delays_firing_but_never_changes_the_slot(database: Databas
     delays = []
     for slot in slots:
         fire = trigger.get_next_fire_time(previous, start if previous is None else previous)
+        assert fire is not None
         assert fire == other_host.get_next_fire_time(previous, fire - timedelta(seconds=1))
         assert slot <= fire <= slot + timedelta(seconds=120)
         assert fire - slot == jitter_for(task, slot)

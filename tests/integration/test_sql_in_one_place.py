@@ -33,13 +33,17 @@ def test_no_sql_strings_outside_queries() -> None:
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            is_str = isinstance(node, ast.Constant) and isinstance(node.value, str)
-            if is_str and SQL_START.match(node.value):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and SQL_START.match(node.value)
+            ):
                 offenders.append(f"{path.name}:{node.lineno}: {node.value[:40]!r}")
-            imports_text = isinstance(node, ast.ImportFrom) and any(
-                alias.name == "text" for alias in node.names
-            )
-            if imports_text and node.module == "sqlalchemy":
+            if (
+                isinstance(node, ast.ImportFrom)
+                and any(alias.name == "text" for alias in node.names)
+                and node.module == "sqlalchemy"
+            ):
                 offenders.append(f"{path.name}:{node.lineno}: imports sqlalchemy.text")
     assert offenders == []
 

@@ -75,7 +75,8 @@ def loop_slots(
     if busy:
         entries.append(debiancron.BUSY)
     starts = debiancron.simulate(schedule.timezone, entries, start, end)
-    slots, problems = [], []
+    slots: list[datetime] = []
+    problems: list[str] = []
     for job in starts:
         if job.entry != "task":
             continue

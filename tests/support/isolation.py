@@ -15,9 +15,12 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import ModuleType
+from types import FrameType, ModuleType
+from typing import Any
+
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 # The packages that hold apps a command loads with --app: the test apps and the examples.
 APP_PACKAGES = ("testapps", "tasks")
@@ -67,7 +70,9 @@ def process_state() -> Iterator[None]:
     }
     path = list(sys.path)
     main = threading.current_thread() is threading.main_thread()
-    signals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    signals: dict[int, SignalHandler] = {
+        signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     for handler in handlers:
         root.removeHandler(handler)
     root.setLevel(logging.WARNING)
@@ -84,6 +89,6 @@ def process_state() -> Iterator[None]:
                 logger.setLevel(levels.get(name, logging.NOTSET))
         sys.path[:] = path
         if main:
-            for signum, handler in signals.items():
-                if handler is not None:  # None: not installed from Python, nothing to put back
-                    signal.signal(signum, handler)
+            for signum, previous in signals.items():
+                if previous is not None:  # None: not installed from Python, nothing to put back
+                    signal.signal(signum, previous)

@@ -60,7 +60,11 @@ def test_the_environment_fills_what_is_not_given(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(TOKEN_ENV, "w")
     monkeypatch.setenv(PUBLIC_ENV, " reads ,metrics,")
     access = Access.configure()
-    assert (access.token, access.read_token, access.public) == ("w", None, {"reads", "metrics"})
+    assert (access.token, access.read_token, access.public) == (
+        "w",
+        None,
+        frozenset({"reads", "metrics"}),
+    )
     assert Access.configure(token="given", public=[]).token == "given"
     assert Access.configure(public="none").public == frozenset()
     monkeypatch.setenv(TOKEN_ENV, "")  # an empty variable is an unset one
