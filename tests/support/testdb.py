@@ -15,6 +15,9 @@ Between two tests a database is reset exactly, at the teardown of the test that 
   (a test altered cronlock's schema, or ANALYZE ran on its tables) is dropped, not lent again.
 - the database is renamed: a process that outlived its test cannot reach the next test's data.
 
+Only the first step runs in the test's teardown; the others run while the next test does,
+on the other of two copies that take turns (``DatabasePool``).
+
 Everything runs on connections of its own, in an event loop of its own (``asyncio.run``): the
 fixtures that use it are synchronous, for synchronous and asynchronous tests alike.
 """
@@ -22,9 +25,12 @@ fixtures that use it are synchronous, for synchronous and asynchronous tests ali
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -276,14 +282,27 @@ async def check_connections(server: URL, name: str) -> None:
 
 
 class DatabasePool:
-    """Copies of ``template`` on ``server``, lent with ``lease()``; see the module docstring."""
+    """Copies of ``template`` on ``server``, lent with ``lease()``; see the module docstring.
+
+    Two copies take turns: the one a test has just given back is reset in a thread of the
+    pool's own while the next test runs on the other, so a test's teardown waits only for
+    the check of its connections. The other steps cannot fail a test (nothing of it is left
+    to blame): an error there is kept, and raised when the pool closes, at the session's end.
+    """
+
+    COPIES = 2
 
     def __init__(self, server: URL, template: str, strategy: str) -> None:
         self.server = server
         self.template = template
         self.strategy = strategy
-        self._free: list[str] = []
         self._shape: str | None = None
+        self._lock = threading.Lock()
+        self._free: list[str] = []
+        self._resets: list[Future[None]] = []
+        self._copies = 0
+        self._errors: list[str] = []
+        self._resetter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testdb-reset")
 
     def _url(self, name: str) -> str:
         return libpq_url(self.server.set(database=name))
@@ -302,25 +321,42 @@ class DatabasePool:
         finally:
             await conn.close()
 
-    async def _acquire(self) -> str:
-        if self._shape is None:
-            self._shape = await self._shape_of(self.template)
-        if self._free:
-            return self._free.pop()
-        name = unique_name("test")
+    async def _admin(self, statement: str) -> None:
         admin = await asyncpg.connect(libpq_url(self.server))
         try:
-            await admin.execute(
-                f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"{self.strategy}'
-            )
+            await admin.execute(statement)
         finally:
             await admin.close()
+
+    def _acquire(self) -> str:
+        if self._shape is None:
+            self._shape = asyncio.run(self._shape_of(self.template))
+        while True:
+            with self._lock:
+                if self._free:
+                    return self._free.pop()
+                resetting = [reset for reset in self._resets if not reset.done()]
+                if not resetting or self._copies < self.COPIES:
+                    self._copies += 1
+                    break
+            wait(resetting, return_when=FIRST_COMPLETED)
+        name = unique_name("test")
+        asyncio.run(
+            self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"{self.strategy}')
+        )
         return name
 
-    async def _release(self, name: str) -> list[str]:
+    async def _check(self, name: str) -> list[str]:
         admin = await asyncpg.connect(libpq_url(self.server))
         try:
-            left = await clear_connections(admin, name)
+            return await clear_connections(admin, name)
+        finally:
+            await admin.close()
+
+    async def _reset(self, name: str) -> str | None:
+        """Reset ``name``; its new name, or None if it had to be dropped."""
+        admin = await asyncpg.connect(libpq_url(self.server))
+        try:
             if await self._shape_of(name, reset=True) == self._shape:
                 renamed = unique_name("test")
                 # The reset's own backend exits just after its connection closed; RENAME would
@@ -331,33 +367,50 @@ class DatabasePool:
                 except asyncpg.ObjectInUseError:  # something connected again: not lent again
                     pass
                 else:
-                    self._free.append(renamed)
-                    return left
+                    return renamed
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return None
         finally:
             await admin.close()
-        return left
+
+    def _reset_in_background(self, name: str) -> None:
+        renamed: str | None = None
+        try:
+            renamed = asyncio.run(self._reset(name))
+        except Exception as exc:  # kept for close(): no test is there to fail
+            self._errors.append(f"resetting {name}: {type(exc).__name__}: {exc}")
+            with contextlib.suppress(Exception):
+                asyncio.run(self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        with self._lock:
+            if renamed is None:
+                self._copies -= 1
+            else:
+                self._free.append(renamed)
 
     @contextmanager
     def lease(self) -> Iterator[str]:
         """The name of a pristine migrated database for the duration of the block; reset (or
         dropped) afterwards. Raises ``ConnectionsLeftOpen`` if the block left any open."""
-        name = asyncio.run(self._acquire())
+        name = self._acquire()
         try:
             yield name
         finally:
-            left = asyncio.run(self._release(name))
+            left = asyncio.run(self._check(name))
+            with self._lock:
+                self._resets = [reset for reset in self._resets if not reset.done()]
+                self._resets.append(self._resetter.submit(self._reset_in_background, name))
             if left:
                 raise ConnectionsLeftOpen(leak_message(name, left))
 
     def close(self) -> None:
+        """Finish the resets under way, drop every copy; raise what went wrong in a reset."""
+        self._resetter.shutdown(wait=True)
+
         async def drop_all() -> None:
-            admin = await asyncpg.connect(libpq_url(self.server))
-            try:
-                for name in self._free:
-                    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            finally:
-                await admin.close()
-            self._free.clear()
+            for name in self._free:
+                await self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
         asyncio.run(drop_all())
+        self._free.clear()
+        if self._errors:
+            raise RuntimeError("test database resets failed: " + "; ".join(self._errors))
