@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -36,14 +37,29 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 from isolation import fresh_module  # noqa: E402
 from testdb import DatabasePool, check_connections, libpq_url, unique_name  # noqa: E402
 
+_shared_server = ExitStack()
 
-def pytest_configure() -> None:
+
+def pytest_configure(config: pytest.Config) -> None:
     # A suite started as a background job of a script (`pytest &`) inherits SIGINT ignored, and
     # so would every command a test starts: the tests that press Ctrl-C on one (SIGINT) would
     # then wait for nothing. A handled signal goes back to its default in a child, as a user's
     # terminal has it.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # With worker processes (pytest-xdist, -n 2) and no configured server, the controlling
+    # process starts the one embedded server they share, before it starts them: they inherit
+    # its URL as if configured, and a server that cannot be had stops the run here, in one line
+    # (a worker that stopped the run would only be reported as crashed).
+    workers = config.getoption("numprocesses", default=None)
+    is_worker = hasattr(config, "workerinput")
+    if workers and not is_worker and not os.environ.get(SERVER_ENV):
+        os.environ[SERVER_ENV] = _shared_server.enter_context(_embedded_server())
+        _shared_server.callback(os.environ.pop, SERVER_ENV, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _shared_server.close()
 
 
 async def _admin(server: URL, *statements: str) -> None:
@@ -55,19 +71,12 @@ async def _admin(server: URL, *statements: str) -> None:
         await conn.close()
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[URL]:
-    """The URL of a maintenance database on the test server.
-
-    Without a configured server, an embedded one in a directory of the session's own (which an
-    embedded server run as another account under root can enter). When neither can be had the
-    run stops at the first test that needs it, with one line saying why: the same traceback for
-    every test would say it a hundred times less clearly.
-    """
-    configured = os.environ.get(SERVER_ENV)
-    if configured:
-        yield normalize_url(configured)
-        return
+@contextmanager
+def _embedded_server() -> Iterator[str]:
+    """An embedded server in a directory of the session's own (which an embedded server run as
+    another account under root can enter), removed afterwards; its URL. When none can be had
+    the run stops with one line saying why: the same traceback for every test would say it a
+    hundred times less clearly."""
     directory = Path(tempfile.mkdtemp(prefix="cronlock-test-pg-"))
     directory.chmod(0o755)
     pgdata = directory / "pgdata"
@@ -78,10 +87,25 @@ def pg_server() -> Iterator[URL]:
         reason = str(exc) if isinstance(exc, CronlockError) else f"{type(exc).__name__}: {exc}"
         pytest.exit(f"no PostgreSQL for the tests ({SERVER_ENV} is not set): {reason}")
     try:
-        yield normalize_url(server.url)
+        yield server.url
     finally:
         embedded.remove(pgdata)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[URL]:
+    """The URL of a maintenance database on the test server.
+
+    Without a configured server, an embedded one (``_embedded_server``), started at the first
+    test that needs it.
+    """
+    configured = os.environ.get(SERVER_ENV)
+    if configured:
+        yield normalize_url(configured)
+        return
+    with _embedded_server() as url:
+        yield normalize_url(url)
 
 
 @pytest.fixture(scope="session")
@@ -135,20 +159,31 @@ def database_name(database_pool: DatabasePool) -> Iterator[str]:
 
 
 @pytest.fixture
-async def database(pg_server: URL, database_name: str) -> AsyncIterator[Database]:
+async def _checked_database_name(pg_server: URL, database_name: str) -> AsyncIterator[str]:
+    """``database_name``, whose connections are checked in the test's own event loop once
+    every fixture that reaches it (through ``database`` or ``database_url``) is torn down.
+
+    There, a connection the test process left open is seen closed by its owner when the
+    check ends it, instead of warning (ResourceWarning) in whichever later test the garbage
+    collector runs in."""
+    yield database_name
+    await check_connections(pg_server, database_name)
+
+
+@pytest.fixture
+async def database(pg_server: URL, _checked_database_name: str) -> AsyncIterator[Database]:
     """This test's database (see ``database_name``)."""
-    db = Database(pg_server.set(database=database_name))
+    db = Database(pg_server.set(database=_checked_database_name))
     try:
         yield db
     finally:
         await db.dispose()
-        await check_connections(pg_server, database_name)
 
 
 @pytest.fixture
-def database_url(pg_server: URL, database_name: str) -> str:
+def database_url(pg_server: URL, _checked_database_name: str) -> str:
     """The test database's URL as a user writes it (for the command line)."""
-    return libpq_url(pg_server.set(database=database_name))
+    return libpq_url(pg_server.set(database=_checked_database_name))
 
 
 @pytest.fixture
