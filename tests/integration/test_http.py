@@ -76,8 +76,11 @@ async def test_failing_job_shows_retries_and_history(
     later = datetime.now(UTC)
     for _ in range(3):  # max_retries=2: three attempts, each due when the clock jumps
         later += timedelta(hours=2)
-        moment = later
-        await jobs_app.drainer(clock=lambda moment=moment: moment).drain()
+
+        def clock(moment: datetime = later) -> datetime:
+            return moment
+
+        await jobs_app.drainer(clock=clock).drain()
     view = (await client.get(f"/jobs/{job_id}", headers=AUTH)).json()
     assert view["status"] == "failed"
     assert (view["retry_count"], view["max_retries"]) == (2, 2)

@@ -35,7 +35,11 @@ async def test_metrics_match_the_tables(database: Database) -> None:
             await session.commit()
         moment = datetime.now(UTC)
         for _ in range(3):  # always_fail: 3 attempts, 2 retries, then failed
-            await app.drainer(clock=lambda moment=moment: moment).drain()
+
+            def clock(fixed: datetime = moment) -> datetime:
+                return fixed
+
+            await app.drainer(clock=clock).drain()
             moment += timedelta(hours=1)
 
     async with items_app(database) as tasks:
