@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from cli import run_cli
+from cli import invoke_async
 from history import runs_of
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, insert, select
@@ -282,12 +282,14 @@ async def test_the_story_through_the_command_line(
     assert seeded.slot is not None
     owed = seeded.slot + timedelta(minutes=1)
 
-    shown = run_cli("--app", "testapps.health", "status", "--json", database_url=database_url)
+    shown = await invoke_async(
+        "--app", "testapps.health", "status", "--json", database_url=database_url
+    )
     assert shown.returncode == 0, shown.stderr
     [entry] = [t for t in json.loads(shown.stdout)["tasks"] if t["task"] == "minutely"]
     assert entry["overdue"]["slot"] == owed.isoformat()
     assert entry["overdue"]["seconds"] > 0
-    text = run_cli("--app", "testapps.health", "status", database_url=database_url)
+    text = await invoke_async("--app", "testapps.health", "status", database_url=database_url)
     assert "OVERDUE " in text.stdout and f"slot {owed.isoformat()} has no outcome" in text.stdout
     transport = httpx.ASGITransport(app=create_api(app))
     async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
@@ -300,7 +302,7 @@ async def test_the_story_through_the_command_line(
     ]
     assert value > 0
 
-    done = run_cli(
+    done = await invoke_async(
         "--app", "testapps.health", "run", "minutely", "--json", database_url=database_url
     )
 
@@ -318,6 +320,8 @@ async def test_the_story_through_the_command_line(
         *[(each, "missed", "cron") for each in between],
         (slot, "completed", "cron"),
     ]
-    again = run_cli("--app", "testapps.health", "status", "--json", database_url=database_url)
+    again = await invoke_async(
+        "--app", "testapps.health", "status", "--json", database_url=database_url
+    )
     [entry] = [t for t in json.loads(again.stdout)["tasks"] if t["task"] == "minutely"]
     assert entry["overdue"] is None

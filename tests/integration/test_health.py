@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from cli import run_cli
+from cli import invoke_async
 from itemsupport import count
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -70,7 +70,8 @@ def samples(families: list[Metric]) -> dict[tuple[str, tuple[tuple[str, str], ..
 
 
 def task_health(report: dict[str, Any], name: str) -> dict[str, Any]:
-    [entry] = [t for t in report["tasks"] if t["task"] == name]
+    entries: list[dict[str, Any]] = [t for t in report["tasks"] if t["task"] == name]
+    [entry] = entries
     return entry
 
 
@@ -159,7 +160,7 @@ async def test_the_command_line_exits_1_and_status_counts_the_failure(
 ) -> None:
     await switch_on(database, "broken")
     # --manual: at whatever time it is now, not at one of the task's slots.
-    done = run_cli(
+    done = await invoke_async(
         "--app", "testapps.health", "run", "batch", "--manual", "--json",
         database_url=database_url,
     )  # fmt: skip
@@ -167,7 +168,7 @@ async def test_the_command_line_exits_1_and_status_counts_the_failure(
     payload = json.loads(done.stdout)
     assert (payload["status"], payload["items_ok"], payload["items_failed"]) == ("failed", 0, 3)
     assert payload["error"].startswith("all 3 items failed; the first: ValueError")
-    plain = run_cli(
+    plain = await invoke_async(
         "--app", "testapps.health", "run", "batch", "--manual", database_url=database_url
     )
     assert plain.returncode == 1
@@ -175,6 +176,6 @@ async def test_the_command_line_exits_1_and_status_counts_the_failure(
         plain.stdout
     )
     assert "(nothing of the run was committed)" in plain.stdout
-    shown = run_cli("--app", "testapps.health", "status", database_url=database_url)
+    shown = await invoke_async("--app", "testapps.health", "status", database_url=database_url)
     assert "batch: last 2 runs" in shown.stdout
     assert "last success never; 2 failure(s) and 0 missed slot(s) in a row" in shown.stdout
