@@ -27,6 +27,7 @@ run. APScheduler's own executor would cancel them at once, so runs are tasks of 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
@@ -57,6 +58,9 @@ Clock = Callable[[], datetime]
 
 # Seconds runs in flight get to finish and commit after a stop request (SIGTERM).
 DEFAULT_SHUTDOWN_GRACE = 30.0
+# A catch-up that found the task's lock busy tries again after this, doubling up to the cap.
+CATCH_UP_RETRY = 1.0
+CATCH_UP_RETRY_CAP = 30.0
 
 _TICK = timedelta(microseconds=1)
 
@@ -116,8 +120,11 @@ class Scheduler:
         clock: Clock = _utcnow,
         tasks: Sequence[str] | None = None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
+        catch_up_retry: float = CATCH_UP_RETRY,
     ) -> None:
-        """``database`` defaults to the app's; tests give each scheduler its own engine."""
+        """``database`` defaults to the app's; tests give each scheduler its own engine.
+        ``catch_up_retry``: seconds before a catch-up that found the lock busy tries again
+        (doubling, at most CATCH_UP_RETRY_CAP)."""
         self.app = app
         self.database = database if database is not None else app.database
         self.clock = clock
@@ -126,11 +133,31 @@ class Scheduler:
         self._horizon: dict[str, datetime] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
         self._apscheduler: AsyncIOScheduler | None = None
+        self._stopping = asyncio.Event()
+        self._retrying: set[str] = set()
+        self.catch_up_retry = catch_up_retry
 
     # -- one wake ------------------------------------------------------------------------
 
     async def wake(self, task: PeriodicTask, *, now: datetime | None = None) -> list[RunResult]:
         """Handle missed slots by the task's policy, then run the current slot, if any."""
+        now = now or self.clock()
+        current = resolve_slot(task, now)
+        results, left_open = await self.catch_up(task, now=now)
+        if left_open and self._apscheduler is not None:
+            self._retry_catch_up(task)
+        if current is not None:
+            results.append(
+                await run_slot(self.database, task, current, now=now, trigger=RunTrigger.SCHEDULER)
+            )
+        return results
+
+    async def catch_up(
+        self, task: PeriodicTask, *, now: datetime | None = None
+    ) -> tuple[list[RunResult], bool]:
+        """Handle the slots that passed unrecorded by the task's misfire policy (the current
+        slot excepted): the catch-up runs, and whether some slot was left open because the
+        task's lock was busy (another scheduler catching up, or any run in progress)."""
         now = now or self.clock()
         current = resolve_slot(task, now)
         horizon = self._horizon.get(task.name)
@@ -151,17 +178,40 @@ class Scheduler:
                 self.database, task, slot, now=now, trigger=RunTrigger.CATCH_UP, record_busy=False
             )
             if result.skip_reason == SkipReason.LOCK_BUSY:
-                # Likely another scheduler catching up the same backlog: leave the rest to it
-                # and look again at the next wake rather than leapfrog it slot by slot.
+                # Another scheduler catching up the same backlog, or only a run of the current
+                # slot: leave the rest open rather than leapfrog slot by slot, and try again
+                # shortly (the daemon retries; see _retry_catch_up).
                 open_slots.append(slot)
                 break
             results.append(result)
         self._horizon[task.name] = min(open_slots) - _TICK if open_slots else max(horizon, end)
-        if current is not None:
-            results.append(
-                await run_slot(self.database, task, current, now=now, trigger=RunTrigger.SCHEDULER)
-            )
-        return results
+        return results, bool(open_slots)
+
+    def _retry_catch_up(self, task: PeriodicTask) -> None:
+        """Try the catch-up again soon, with backoff, until no slot is left open: the run
+        that held the lock is usually the on-time slot's, done in a moment, and waiting for
+        the next fire time would run the missed slots an interval late (or not at all, past
+        max_lateness)."""
+        if task.name in self._retrying:
+            return
+        self._retrying.add(task.name)
+
+        async def retry() -> None:
+            delay = self.catch_up_retry
+            try:
+                while not self._stopping.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), delay)
+                    if self._stopping.is_set():
+                        return
+                    _, left_open = await self.catch_up(task)
+                    if not left_open:
+                        return
+                    delay = min(delay * 2, CATCH_UP_RETRY_CAP)
+            finally:
+                self._retrying.discard(task.name)
+
+        self._spawn(retry(), f"{task.name} (catch-up)")
 
     async def _initial_horizon(self, task: PeriodicTask, now: datetime) -> datetime:
         """Where this process picks up a task's history: its latest claimed slot, or now."""
@@ -250,6 +300,7 @@ class Scheduler:
 
     async def stop(self) -> None:
         """Stop firing; let runs in flight finish within the grace, then roll the rest back."""
+        self._stopping.set()
         if self._apscheduler is not None:
             self._apscheduler.shutdown(wait=False)
             self._apscheduler = None

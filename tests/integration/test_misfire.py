@@ -25,7 +25,9 @@ from typing import cast
 import pytest
 from cli import invoke_async
 from history import create_work_table, runs_of, work_slots
+from sqlalchemy import text
 from testapps import sched
+from waiting import eventually
 
 from cronlock import Database
 from cronlock.scheduler import BACKLOG_LIMIT, Scheduler
@@ -225,3 +227,50 @@ async def test_a_long_backlog_is_bounded_and_said(
     assert missed[0] == RESTART - timedelta(minutes=BACKLOG_LIMIT)
     assert await work_slots(database, "tick") == [long_ago, RESTART]
     assert "more than 1000 slots passed since" in caplog.text
+
+
+async def test_a_catch_up_that_met_the_lock_tries_again_soon(database: Database) -> None:
+    """The daemon's catch-up found the task's lock held (here by another session; in life the
+    on-time slot's run or a crontab `cronlock run`): it tries again shortly instead of at the
+    next fire time, so the missed slots still run, as late as they really are."""
+    await create_work_table(database)
+    app = sched.create_app()
+    task = app.task("hourly-each")
+    await Scheduler(app, database, tasks=[task.name]).wake(task, now=BEFORE)
+
+    holder = await database.engine.connect()
+    try:
+        await holder.execute(
+            text("SELECT pg_advisory_lock(:ns, :key)"),
+            {"ns": task.lock_namespace, "key": task.lock_key},
+        )
+        await holder.commit()
+        daemon = Scheduler(
+            app, database, tasks=[task.name], clock=lambda: RESTART, catch_up_retry=0.05
+        )
+        daemon.start()
+        try:
+            # The first catch-up met the lock and left its slots open for a retry.
+            await eventually(lambda: _true(task.name in daemon._retrying))
+            assert await work_slots(database, task.name) == [BEFORE]
+            await holder.execute(
+                text("SELECT pg_advisory_unlock(:ns, :key)"),
+                {"ns": task.lock_namespace, "key": task.lock_key},
+            )
+            await holder.commit()
+
+            async def caught_up() -> bool:
+                return await work_slots(database, task.name) == [BEFORE, *HOURLY_PASSED]
+
+            await eventually(caught_up)
+        finally:
+            await daemon.stop()
+    finally:
+        await holder.close()
+    rows = {row["slot"]: row for row in await runs_of(database, task.name)}
+    assert [rows[slot]["trigger"] for slot in HOURLY_PASSED] == ["catch_up"] * 3
+    assert rows[at(10, 0)]["lateness_ms"] == (RESTART - at(10, 0)).total_seconds() * 1000
+
+
+async def _true(value: bool) -> bool:
+    return value
