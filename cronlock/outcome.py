@@ -67,18 +67,24 @@ class SkipReason(enum.StrEnum):
 
 
 class JobStatus(enum.StrEnum):
-    """The reference's statuses. ``processing`` is what a job is inside the transaction that
-    runs it; other sessions see it ``pending``/``retrying`` and locked (SKIP LOCKED skips it)."""
+    """The reference's statuses, plus ``cancelled``. ``processing`` is what a job is inside the
+    transaction that runs it; other sessions see it ``pending``/``retrying`` and locked (SKIP
+    LOCKED skips it)."""
 
     PENDING = "pending"
     PROCESSING = "processing"
     COMPLETED = "completed"
     FAILED = "failed"
     RETRYING = "retrying"
+    CANCELLED = "cancelled"  # by an operator, before it ran: it never runs
 
 
 # A job that is due to run (once its run_at has come): what the claim and the dedup index read.
 JOB_WAITING_STATUSES = (JobStatus.PENDING, JobStatus.RETRYING)
+# A job that is done for good: what retention prunes and what may be deleted.
+JOB_FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+# A job an operator's retry makes due now: one that failed for good, or waits for its retry.
+JOB_RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.RETRYING)
 
 
 class WorkerState(enum.StrEnum):

@@ -15,42 +15,59 @@ from sqlalchemy import (
     DateTime,
     Integer,
     Interval,
+    Select,
     Text,
     Uuid,
+    and_,
     any_,
     bindparam,
     case,
     cast,
+    delete,
+    exists,
     func,
     literal_column,
     null,
+    or_,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..outcome import JOB_WAITING_STATUSES
+from ..outcome import JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
 from .histograms import buckets
+from .queues import QUEUE_PAUSED_NOW
 from .tables import JOB_DEDUP_PREDICATE, jobs
 
 __all__ = [
     "JOB_BY_DEDUP_KEY",
+    "JOB_CANCEL",
     "JOB_CLAIM",
     "JOB_COMPLETE_MANY",
     "JOB_COMPLETE_ONE",
     "JOB_COUNTS",
+    "JOB_DELETE",
     "JOB_FINISH_MANY",
     "JOB_GET",
     "JOB_INSERT_MANY",
     "JOB_INSERT_ONE",
     "JOB_NEXT_DUE",
     "JOB_OLDEST_DUE",
+    "JOB_PRUNE",
+    "JOB_PRUNE_COUNT",
     "JOB_RATES",
     "JOB_RECENT_FAILURES",
+    "JOB_RETRY",
+    "JOB_STATES",
     "JOB_TOTALS",
+    "job_candidates",
+    "job_count",
+    "job_list",
+    "job_where",
 ]
 
 # A literal predicate, not bound values: the planner can only use the partial indexes
@@ -119,6 +136,9 @@ JOB_BY_DEDUP_KEY = select(jobs.c.dedup_key, jobs.c.id).where(
 # locks are the lease: they last as long as the transaction that runs the handlers and writes
 # the outcome, so a dead worker's jobs are due again the moment PostgreSQL aborts it.
 # :now is NULL except under a test clock; the database's clock is the one every host shares.
+# A paused queue claims nothing: the pause is a row of ``queues``, read by an uncorrelated
+# EXISTS that PostgreSQL evaluates once per claim (an InitPlan: one primary-key probe) as a
+# one-time filter over the same ix_jobs_claim scan, so the plan does not change.
 JOB_CLAIM = (
     select(
         jobs.c.id,
@@ -133,10 +153,11 @@ JOB_CLAIM = (
         jobs.c.queue == bindparam("queue", type_=Text),
         _WAITING,
         jobs.c.run_at <= func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()),
+        ~QUEUE_PAUSED_NOW,
     )
     .order_by(jobs.c.priority.desc(), jobs.c.run_at)
     .limit(bindparam("limit", type_=Integer))
-    .with_for_update(skip_locked=True)
+    .with_for_update(skip_locked=True, of=jobs)
 )
 
 _outcomes = (
@@ -242,15 +263,17 @@ JOB_COMPLETE_ONE = (
     )
 )
 
-# Seconds until the next job of a queue is due (NULL: none waiting); an idle worker sleeps
-# until then at most.
+# Seconds until the next job of a queue is due (NULL: none waiting, or the queue is paused,
+# so an idle drainer of a paused queue waits for the resume's notification or its poll
+# interval instead of spinning on due jobs it may not claim); an idle worker sleeps until
+# then at most.
 JOB_NEXT_DUE = select(
     func.extract(
         "epoch",
         func.min(jobs.c.run_at)
         - func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()),
     )
-).where(jobs.c.queue == bindparam("queue", type_=Text), _WAITING)
+).where(jobs.c.queue == bindparam("queue", type_=Text), _WAITING, ~QUEUE_PAUSED_NOW)
 
 JOB_COUNTS = (
     select(jobs.c.queue, jobs.c.status, func.count().label("count"))
@@ -326,4 +349,192 @@ JOB_TOTALS = (
     )
     .group_by(jobs.c.queue)
     .order_by(jobs.c.queue)
+)
+
+
+# -- operating the queue: find, retry, cancel, delete, prune -------------------------------
+#
+# An operator's verbs never wait on a drainer: each locks the rows it changes with FOR UPDATE
+# SKIP LOCKED, in a MATERIALIZED CTE (so the LIMIT or the id list is applied exactly once,
+# whatever plan the outer statement gets). In the transactional commit modes a job a lane is
+# running is a waiting row locked by the lane's transaction: SKIP LOCKED leaves it alone, and
+# the caller reports it as running instead of blocking until its handler ends (NOWAIT would
+# raise and abort the whole statement, which a bulk change cannot afford). The claim skips
+# the rows an operator's statement holds for the same reason, so the one that locks first
+# wins and the other sees the outcome: a job is cancelled before it runs, or it runs.
+
+_ids = bindparam("ids", type_=ARRAY(Uuid))
+_FINISHED = jobs.c.status.in_([literal_column(repr(s.value)) for s in JOB_FINISHED_STATUSES])
+_other = jobs.alias("other")
+_other_waiting = _other.c.status.in_([literal_column(repr(s.value)) for s in JOB_WAITING_STATUSES])
+
+# Another waiting job holds this job's dedup key (uq_jobs_dedup_key allows one): retrying it
+# would break that index, so it is reported instead.
+_DEDUP_HELD = and_(
+    jobs.c.dedup_key.is_not(None),
+    exists().where(
+        _other.c.dedup_key == jobs.c.dedup_key, _other_waiting, _other.c.id != jobs.c.id
+    ),
+)
+# What a retry makes due now: a job that failed for good, or one waiting for a retry later.
+_RETRYABLE = or_(
+    jobs.c.status == literal_column("'failed'"),
+    and_(jobs.c.status == literal_column("'retrying'"), jobs.c.run_at > func.now()),
+)
+
+
+def job_where(
+    *,
+    statuses: bool = False,
+    finished: bool = False,
+    queue: bool = False,
+    job_type: bool = False,
+    created_after: bool = False,
+    created_before: bool = False,
+) -> list[ColumnElement[bool]]:
+    """The conditions of an operator's filter, one bound parameter each, for the parts given
+    (a filter's shape picks the statement; its values are always bound). ``finished`` adds
+    ``completed_at IS NOT NULL``, which lets a filter on finished statuses read
+    ix_jobs_finished."""
+    where: list[ColumnElement[bool]] = []
+    if statuses:
+        where.append(jobs.c.status == any_(bindparam("statuses", type_=ARRAY(Text))))
+    if finished:
+        where.append(jobs.c.completed_at.is_not(None))
+    if queue:
+        where.append(jobs.c.queue == bindparam("queue", type_=Text))
+    if job_type:
+        where.append(jobs.c.job_type == bindparam("job_type", type_=Text))
+    if created_after:
+        where.append(jobs.c.created_at >= bindparam("created_after", type_=DateTime(timezone=True)))
+    if created_before:
+        where.append(jobs.c.created_at < bindparam("created_before", type_=DateTime(timezone=True)))
+    return where
+
+
+def job_list(where: list[ColumnElement[bool]], *, after: bool) -> Select[Any]:
+    """Jobs matching ``where``, newest first (created_at, then id), :limit of them; with
+    ``after``, those after the keyset position (:after_created_at, :after_id) of a page."""
+    query = select(jobs).where(*where)
+    if after:
+        position = tuple_(
+            bindparam("after_created_at", type_=DateTime(timezone=True)),
+            bindparam("after_id", type_=Uuid),
+        )
+        query = query.where(tuple_(jobs.c.created_at, jobs.c.id) < position)
+    return query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(
+        bindparam("limit", type_=Integer)
+    )
+
+
+def job_count(where: list[ColumnElement[bool]]) -> Select[Any]:
+    """How many jobs match ``where`` (what a bulk change asks to confirm)."""
+    return select(func.count()).select_from(jobs).where(*where)
+
+
+def job_candidates(where: list[ColumnElement[bool]]) -> Select[Any]:
+    """The next :limit ids matching ``where`` after :after_id, in id order: a bulk change
+    walks the table in bounded batches, each a short transaction of its own, and never sees
+    a row twice (the rows it skipped, a running job, stay behind it)."""
+    return (
+        select(jobs.c.id)
+        .where(*where, jobs.c.id > bindparam("after_id", type_=Uuid))
+        .order_by(jobs.c.id)
+        .limit(bindparam("limit", type_=Integer))
+    )
+
+
+def _locked(*where: ColumnElement[bool]) -> Any:
+    return (
+        select(jobs.c.id)
+        .where(jobs.c.id == any_(_ids), *where)
+        .with_for_update(skip_locked=True, of=jobs)
+        .cte("locked")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+_retry_locked = _locked(_RETRYABLE, ~_DEDUP_HELD)
+_was_failed = jobs.c.status == literal_column("'failed'")
+
+# Retry :ids: each that failed for good or waits for a later retry becomes due now, keeping
+# its error history. A failed job gets one more attempt: its operator's retry counts as a
+# retry made (retry_count + 1, max_retries raised to it if need be), so the retry rule lets
+# exactly one more attempt run and its error entry, if it fails, gets the next attempt number.
+JOB_RETRY = (
+    update(jobs)
+    .where(jobs.c.id == _retry_locked.c.id)
+    .values(
+        status=literal_column("'retrying'"),
+        retry_count=case((_was_failed, jobs.c.retry_count + 1), else_=jobs.c.retry_count),
+        max_retries=case(
+            (_was_failed, func.greatest(jobs.c.max_retries, jobs.c.retry_count + 1)),
+            else_=jobs.c.max_retries,
+        ),
+        run_at=func.now(),
+        next_retry_at=func.now(),
+        completed_at=null(),
+    )
+    .returning(jobs.c.id)
+)
+
+_cancel_locked = _locked(_WAITING)
+
+# Cancel :ids: each waiting job that no drainer holds becomes cancelled and never runs.
+JOB_CANCEL = (
+    update(jobs)
+    .where(jobs.c.id == _cancel_locked.c.id)
+    .values(status=literal_column("'cancelled'"), completed_at=func.now(), next_retry_at=null())
+    .returning(jobs.c.id)
+)
+
+_delete_locked = _locked(_FINISHED, jobs.c.completed_at.is_not(None))
+
+# Delete :ids: each finished job (completed, failed, cancelled). A waiting job is never deleted.
+JOB_DELETE = delete(jobs).where(jobs.c.id == _delete_locked.c.id).returning(jobs.c.id)
+
+# Why jobs of :ids were left unchanged: their status now, whether a retrying one is due
+# already, and whether another waiting job holds their dedup key.
+JOB_STATES = select(
+    jobs.c.id,
+    jobs.c.status,
+    (jobs.c.run_at <= func.now()).label("due"),
+    _DEDUP_HELD.label("dedup_held"),
+).where(jobs.c.id == any_(_ids))
+
+_prune_position = tuple_(
+    bindparam("after_completed_at", type_=DateTime(timezone=True)),
+    bindparam("after_id", type_=Uuid),
+)
+_prune_doomed = (
+    select(jobs.c.id, jobs.c.completed_at)
+    .where(
+        jobs.c.status == bindparam("status", type_=Text),
+        jobs.c.completed_at.is_not(None),
+        jobs.c.completed_at < bindparam("before", type_=DateTime(timezone=True)),
+        tuple_(jobs.c.completed_at, jobs.c.id) > _prune_position,
+    )
+    .order_by(jobs.c.completed_at, jobs.c.id)
+    .limit(bindparam("limit", type_=Integer))
+    .with_for_update(skip_locked=True, of=jobs)
+    .cte("doomed")
+    .prefix_with("MATERIALIZED")
+)
+
+# Retention: delete :limit finished jobs of one :status that finished before :before, oldest
+# first from the keyset position (:after_completed_at, :after_id) of the batch before. An
+# index range scan of ix_jobs_finished that starts where the last batch ended, so a batch
+# costs the same at the millionth row as at the first, dead index entries of earlier batches
+# (still visible to an older snapshot) included. Returns each deleted job's position.
+JOB_PRUNE = (
+    delete(jobs)
+    .where(jobs.c.id == _prune_doomed.c.id)
+    .returning(_prune_doomed.c.completed_at, jobs.c.id)
+)
+
+# Retention's dry run: how many finished jobs of :status finished before :before.
+JOB_PRUNE_COUNT = select(func.count()).where(
+    jobs.c.status == bindparam("status", type_=Text),
+    jobs.c.completed_at.is_not(None),
+    jobs.c.completed_at < bindparam("before", type_=DateTime(timezone=True)),
 )

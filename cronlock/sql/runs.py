@@ -7,12 +7,15 @@ index ``ux_runs_task_slot``); a success is a run that committed its work.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     DateTime,
     Integer,
     String,
     Text,
+    and_,
     bindparam,
     column,
+    delete,
     exists,
     func,
     insert,
@@ -20,6 +23,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    tuple_,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -35,6 +39,8 @@ __all__ = [
     "RUN_LAST_SLOT",
     "RUN_LAST_SLOT_PER_TASK",
     "RUN_LAST_SUCCESS_PER_TASK",
+    "RUN_PRUNE",
+    "RUN_PRUNE_COUNT",
     "RUN_RECENT",
     "RUN_RECENT_PER_TASK",
     "RUN_SLOTS_RECORDED",
@@ -216,3 +222,55 @@ RUN_TOTALS = (
     .group_by(runs.c.task)
     .order_by(runs.c.task)
 )
+
+
+# -- retention ----------------------------------------------------------------------------
+
+_newer = runs.alias("newer")
+_newer_claiming = _newer.c.status.in_(
+    [literal_column(repr(s.value)) for s in RUN_CLAIMING_STATUSES]
+)
+_newer_success = _newer.c.status.in_([literal_column(repr(s.value)) for s in RUN_SUCCESS_STATUSES])
+# A run retention may delete: any but a task's latest claimed slot (where its backlog of slots
+# nobody fired begins, and what overdue counts from) and its latest success (status's "last
+# success"), which stay however old they are. Each is one probe of an index of runs.
+_deletable = and_(
+    or_(
+        ~_claiming,
+        runs.c.slot.is_(None),
+        exists().where(_newer.c.task == runs.c.task, _newer_claiming, _newer.c.slot > runs.c.slot),
+    ),
+    or_(
+        ~_did_work,
+        exists().where(
+            _newer.c.task == runs.c.task, _newer_success, _newer.c.started_at > runs.c.started_at
+        ),
+    ),
+)
+_before = bindparam("before", type_=DateTime(timezone=True))
+_run_doomed = (
+    select(runs.c.id, runs.c.started_at)
+    .where(
+        runs.c.started_at < _before,
+        tuple_(runs.c.started_at, runs.c.id)
+        > tuple_(
+            bindparam("after_started_at", type_=DateTime(timezone=True)),
+            bindparam("after_id", type_=BigInteger),
+        ),
+        _deletable,
+    )
+    .order_by(runs.c.started_at, runs.c.id)
+    .limit(bindparam("limit", type_=Integer))
+    .cte("doomed")
+    .prefix_with("MATERIALIZED")
+)
+
+# Retention: delete :limit runs that started before :before, oldest first from the keyset
+# position of the batch before (ix_runs_started_at), sparing what _deletable spares. Returns
+# each deleted run's position.
+RUN_PRUNE = (
+    delete(runs).where(runs.c.id == _run_doomed.c.id).returning(_run_doomed.c.started_at, runs.c.id)
+)
+
+# Retention's dry run: how many runs RUN_PRUNE would delete.
+RUN_PRUNE_COUNT = select(func.count()).where(runs.c.started_at < _before, _deletable)

@@ -49,6 +49,7 @@ __all__ = [
     "JOBS_NOTIFY_FUNCTION",
     "JOBS_NOTIFY_TRIGGER",
     "JOB_DEDUP_PREDICATE",
+    "JOB_FINISHED_PREDICATE",
     "JOB_STATUSES",
     "JOB_WAITING_PREDICATE",
     "RUN_CLAIMING_PREDICATE",
@@ -61,6 +62,7 @@ __all__ = [
     "jobs",
     "jobs_channel",
     "metadata",
+    "queues",
     "runs",
     "workers",
 ]
@@ -98,6 +100,8 @@ def in_list(column: str, values: tuple[str, ...]) -> str:
 # The claim's predicate (and the dedup index's): a job that is due to run once run_at comes.
 JOB_WAITING_PREDICATE = in_list("status", JOB_WAITING_STATUSES)
 JOB_DEDUP_PREDICATE = "dedup_key IS NOT NULL AND " + JOB_WAITING_PREDICATE
+# A finished job (completed, failed, cancelled) is one with a completion time.
+JOB_FINISHED_PREDICATE = "completed_at IS NOT NULL"
 
 
 def _where(predicate: str) -> TextClause:
@@ -152,6 +156,18 @@ Index(
     postgresql_where=_where(JOB_DEDUP_PREDICATE),
 )
 
+# Finished jobs by status and age (migration 0004): retention walks it oldest first, in
+# bounded batches from where the last one stopped (so no batch revisits the dead entries of
+# the one before), and an operator's list of the failed or cancelled jobs reads it. Waiting
+# jobs have no completed_at, so the drainer's claim never meets it.
+Index(
+    "ix_jobs_finished",
+    jobs.c.status,
+    jobs.c.completed_at,
+    jobs.c.id,
+    postgresql_where=_where(JOB_FINISHED_PREDICATE),
+)
+
 
 def jobs_channel(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema's jobs (PostgreSQL cuts channels at 63 bytes)."""
@@ -195,6 +211,18 @@ workers = Table(
     CheckConstraint(in_list("state", WORKER_STATES), name="state"),
 )
 
+# One row per queue an operator paused or resumed (migration 0004): the claim reads it, so a
+# paused queue's drainers, on every host, claim nothing once the pause commits (they finish
+# what they hold). Resuming keeps the row, with paused_at NULL.
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("paused_at", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("length(name) BETWEEN 1 AND 200", name="name"),
+)
+
 runs = Table(
     "runs",
     metadata,
@@ -219,6 +247,8 @@ runs = Table(
 )
 
 Index("ix_runs_task_started_at", runs.c.task, runs.c.started_at.desc())
+# Runs by age (migration 0004): retention walks it oldest first, in bounded batches.
+Index("ix_runs_started_at", runs.c.started_at, runs.c.id)
 
 # One run per slot (invariant 3): the advisory lock serialises runs, this makes the slot's
 # outcome durable, so a run a second after another host's committed one sees it and skips.
