@@ -37,8 +37,11 @@ from .outcome import (
     SkipReason,
 )
 from .periodic import Misfire, PeriodicTask, Run, SlotPolicy, TaskBody
+from .queue.control import QueueInfo, QueueState
 from .queue.drainer import CommitMode, Drainer, Keepalive
-from .queue.jobs import Backoff, Enqueued, JobHandler
+from .queue.jobs import Backoff, Enqueued, JobHandler, JobType
+from .queue.operate import ChangeOutcome, JobChange, JobInfo, JobPage, JobsChanged
+from .retention import PruneResult, Retention
 from .scheduler import Scheduler
 from .service import serve_drain, serve_scheduler, serve_worker
 
@@ -51,6 +54,7 @@ __all__ = [
     "App",
     "AppNotFound",
     "Backoff",
+    "ChangeOutcome",
     "CommitMode",
     "ConfigurationError",
     "CronSchedule",
@@ -65,13 +69,22 @@ __all__ = [
     "InvalidJobOption",
     "InvalidPayload",
     "ItemFailure",
+    "JobChange",
     "JobError",
     "JobHandler",
+    "JobInfo",
+    "JobPage",
     "JobStatus",
+    "JobType",
+    "JobsChanged",
     "Keepalive",
     "LockKeyCollision",
     "Misfire",
     "PeriodicTask",
+    "PruneResult",
+    "QueueInfo",
+    "QueueState",
+    "Retention",
     "Run",
     "RunResult",
     "RunStatus",

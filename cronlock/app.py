@@ -8,9 +8,11 @@ namespace share an advisory lock key.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
@@ -30,8 +32,9 @@ from .errors import (
     UnknownTask,
 )
 from .locks import lock_key, namespace_key
-from .outcome import DrainResult, RunResult
+from .outcome import DrainResult, JobStatus, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
+from .queue import control, operate
 from .queue.drainer import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_KEEPALIVE,
@@ -41,13 +44,28 @@ from .queue.drainer import (
     Keepalive,
 )
 from .queue.enqueue import enqueue_many
-from .queue.jobs import Backoff, Enqueued, Handler, JobHandler, check_max_retries, check_queue
+from .queue.jobs import (
+    Backoff,
+    Enqueued,
+    Handler,
+    JobDefaults,
+    JobHandler,
+    JobType,
+    check_max_retries,
+    check_queue,
+)
+from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
 __all__ = ["App"]
 
+logger = logging.getLogger("cronlock.queue")
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
-RESERVED_NAMES = frozenset({"drain"})
+# The built-in tasks: `cronlock run drain`, `cronlock run prune`.
+RESERVED_NAMES = frozenset({"drain", PRUNE_TASK})
+
+Statuses = JobStatus | str | Iterable[JobStatus | str] | None
 
 Seconds = float | timedelta
 
@@ -102,6 +120,15 @@ def _slot_policy(
     return policy
 
 
+def _verb(name: str) -> operate.Verb:
+    try:
+        return operate.Verb(name)
+    except ValueError:
+        raise ConfigurationError(
+            f"unknown verb {name!r}: one of {', '.join(v.value for v in operate.Verb)}"
+        ) from None
+
+
 def _check_name(kind: str, name: str) -> None:
     if not _NAME.match(name):
         raise ConfigurationError(
@@ -110,15 +137,31 @@ def _check_name(kind: str, name: str) -> None:
 
 
 class App:
-    """The registry of periodic tasks and the database they run against."""
+    """The registry of periodic tasks and job handlers, and the database they run against.
 
-    def __init__(self, *, database_url: str | None = None, schema: str = SCHEMA) -> None:
+    ``retention`` configures the built-in task ``prune`` (``cronlock.Retention``: how long
+    finished jobs, runs and dead drainers' rows are kept, and its schedule); ``False`` turns
+    it off for this app.
+    """
+
+    def __init__(
+        self,
+        *,
+        database_url: str | None = None,
+        schema: str = SCHEMA,
+        retention: Retention | bool = True,
+    ) -> None:
         self.database_url = database_url
         self.schema = schema
+        if retention is True:
+            retention = Retention()
+        self.retention: Retention | None = retention or None
         self._tasks: dict[str, PeriodicTask] = {}
         self._lock_owners: dict[tuple[int, int], str] = {}
         self._database: Database | None = None
         self._handlers: dict[str, Handler] = {}
+        self._declared: dict[str, JobType] = {}
+        self._warned_unknown: set[str] = set()
 
     # -- registration --------------------------------------------------------------------
 
@@ -217,6 +260,7 @@ class App:
         check_queue(queue)
         if timeout is not None and not timeout > 0:
             raise ConfigurationError(f"job type {job_type!r}: timeout must be positive")
+        self._agree(job_type, queue, max_retries)
 
         def register(func: JobHandler) -> JobHandler:
             self._handlers[job_type] = Handler(
@@ -231,9 +275,56 @@ class App:
 
         return register
 
+    def declare_job(
+        self, job_type: str, *, max_retries: int = 3, queue: str = DEFAULT_QUEUE
+    ) -> JobType:
+        """Declare ``job_type`` without its handler, so that this app can enqueue it: a
+        producer (a web application) that does not import the worker's code. Its jobs get
+        ``queue`` and ``max_retries`` unless the enqueue says otherwise, checked as for
+        ``job()``. A handler registered for it in the same app must agree with both."""
+        _check_name("job type", job_type)
+        if job_type in self._declared:
+            raise DuplicateName(f"job type {job_type!r} is already declared")
+        check_max_retries(max_retries)
+        check_queue(queue)
+        declared = JobType(job_type, queue=queue, max_retries=max_retries)
+        handler = self._handlers.get(job_type)
+        if handler is not None:
+            self._declared[job_type] = declared  # checked against the handler next
+            try:
+                self._agree(job_type, handler.queue, handler.max_retries)
+            except DuplicateName:
+                del self._declared[job_type]
+                raise
+        self._declared[job_type] = declared
+        return declared
+
+    def _agree(self, job_type: str, queue: str, max_retries: int) -> None:
+        """A handler and a declaration of one job type must give its jobs the same defaults:
+        a producer enqueueing to one queue while the worker drains another loses them."""
+        declared = self._declared.get(job_type)
+        if declared is None:
+            return
+        if (declared.queue, declared.max_retries) != (queue, max_retries):
+            raise DuplicateName(
+                f"job type {job_type!r} is declared with queue {declared.queue!r} and "
+                f"max_retries {declared.max_retries}, but its handler has queue {queue!r} and "
+                f"max_retries {max_retries}"
+            )
+
     @property
     def handlers(self) -> Mapping[str, Handler]:
         return MappingProxyType(self._handlers)
+
+    @property
+    def job_types(self) -> Mapping[str, JobDefaults]:
+        """Every job type this app can enqueue: its declarations and its handlers."""
+        known: dict[str, JobDefaults] = {**self._declared, **self._handlers}
+        return MappingProxyType(known)
+
+    def knows(self, job_type: str) -> bool:
+        """Whether this app has a handler or a declaration for ``job_type``."""
+        return job_type in self._handlers or job_type in self._declared
 
     async def enqueue(
         self,
@@ -247,6 +338,7 @@ class App:
         priority: int = 0,
         queue: str | None = None,
         dedup_key: str | None = None,
+        allow_unknown: bool = False,
     ) -> Enqueued:
         """Add a job in the caller's transaction (``executor``); the caller commits.
 
@@ -255,6 +347,9 @@ class App:
         jobs one at a time when no transaction of the caller's needs to include them.
         Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
         nothing is added and the answer carries that job's id with ``created=False``.
+        A job type this app neither handles nor declares is an ``UnknownJobType`` unless
+        ``allow_unknown``: then it is enqueued with the default queue and retries, and a
+        WARNING says that only a drainer whose app has its handler can run it.
         """
         [answer] = await self.enqueue_many(
             executor,
@@ -266,6 +361,7 @@ class App:
             priority=priority,
             queue=queue,
             dedup_keys=None if dedup_key is None else [dedup_key],
+            allow_unknown=allow_unknown,
         )
         return answer
 
@@ -281,17 +377,21 @@ class App:
         priority: int = 0,
         queue: str | None = None,
         dedup_keys: Sequence[str | None] | None = None,
+        allow_unknown: bool = False,
     ) -> list[Enqueued]:
         """Add one job per payload with one statement, in the caller's transaction.
 
         Given a ``Database`` instead, the jobs are committed together before this returns.
+        ``allow_unknown`` is ``enqueue``'s.
         """
-        return await enqueue_many(
+        known = self.knows(job_type)
+        answers = await enqueue_many(
             executor,
-            self._handlers,
+            self.job_types,
             job_type,
             payloads,
             schema=self._schema_of_jobs(),
+            allow_unknown=allow_unknown,
             max_retries=max_retries,
             delay=delay,
             run_at=run_at,
@@ -299,6 +399,16 @@ class App:
             queue=queue,
             dedup_keys=dedup_keys,
         )
+        if not known and job_type not in self._warned_unknown:
+            self._warned_unknown.add(job_type)  # once per type: not a line per job
+            logger.warning(
+                "job type %r has no handler or declaration in this app: only a drainer "
+                "whose app registers its handler runs it (cronlock status flags a queue "
+                "whose due jobs nobody takes)",
+                job_type,
+                extra={"action": "enqueue_unknown_type", "job_type": job_type},
+            )
+        return answers
 
     def _schema_of_jobs(self) -> str:
         return self._database.schema if self._database is not None else self.schema
@@ -424,6 +534,152 @@ class App:
 
         await schema.ensure_ready(self.database)
         return await collect(self, self.database, limit=limit)
+
+    # -- operating the queue (README "Operating the queue") -------------------------------
+
+    async def get_job(self, job_id: uuid.UUID | str) -> operate.JobInfo | None:
+        """The job with that id, or None."""
+        return await operate.get_job(self.database, job_id)
+
+    async def list_jobs(
+        self,
+        *,
+        status: Statuses = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> operate.JobPage:
+        """Jobs newest first, ``limit`` (at most 1,000) a page: of any of ``status``, of one
+        ``queue``, of one ``job_type``, created in [created_after, created_before). Pass a
+        page's ``next_cursor`` as ``cursor`` for the next one."""
+        where = operate.JobFilter.build(
+            status=status,
+            queue=queue,
+            job_type=job_type,
+            created_after=created_after,
+            created_before=created_before,
+        )
+        return await operate.list_jobs(self.database, where, limit=limit, cursor=cursor)
+
+    async def count_jobs(
+        self,
+        *,
+        status: Statuses = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        verb: str | None = None,
+    ) -> int:
+        """How many jobs match (what ``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, named
+        by ``verb``, would act on: the filter narrowed to the statuses it acts on)."""
+        where = operate.JobFilter.build(
+            status=status,
+            queue=queue,
+            job_type=job_type,
+            created_after=created_after,
+            created_before=created_before,
+        )
+        chosen = None if verb is None else _verb(verb)
+        return await operate.count_jobs(self.database, where, chosen)
+
+    async def retry_job(self, job_id: uuid.UUID | str) -> operate.JobChange:
+        """Make a failed job, or a retrying one not yet due, due now (its error history kept;
+        a failed job gets one more attempt). A job a drainer holds right now is reported
+        ``running`` and left alone."""
+        return await operate.change_job(self.database, operate.Verb.RETRY, job_id)
+
+    async def retry_jobs(
+        self,
+        *,
+        status: Statuses = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> operate.JobsChanged:
+        """``retry_job`` for every failed and retrying job that matches (``status`` narrows
+        it to one of them), in batches of short transactions."""
+        where = operate.JobFilter.build(
+            status=status,
+            queue=queue,
+            job_type=job_type,
+            created_after=created_after,
+            created_before=created_before,
+        )
+        return await operate.change_jobs(self.database, operate.Verb.RETRY, where)
+
+    async def cancel_job(self, job_id: uuid.UUID | str) -> operate.JobChange:
+        """Cancel a waiting job: it becomes ``cancelled`` and never runs. A job a drainer
+        holds right now is reported ``running``, not cancelled (its attempt ends as it ends)."""
+        return await operate.change_job(self.database, operate.Verb.CANCEL, job_id)
+
+    async def cancel_jobs(
+        self,
+        *,
+        status: Statuses = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> operate.JobsChanged:
+        """``cancel_job`` for every waiting (pending or retrying) job that matches."""
+        where = operate.JobFilter.build(
+            status=status,
+            queue=queue,
+            job_type=job_type,
+            created_after=created_after,
+            created_before=created_before,
+        )
+        return await operate.change_jobs(self.database, operate.Verb.CANCEL, where)
+
+    async def delete_job(self, job_id: uuid.UUID | str) -> operate.JobChange:
+        """Delete a finished job (completed, failed or cancelled); a waiting one is not."""
+        return await operate.change_job(self.database, operate.Verb.DELETE, job_id)
+
+    async def delete_jobs(
+        self,
+        *,
+        status: Statuses = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+    ) -> operate.JobsChanged:
+        """Delete every finished job that matches, in batches of short transactions."""
+        where = operate.JobFilter.build(
+            status=status,
+            queue=queue,
+            job_type=job_type,
+            created_after=created_after,
+            created_before=created_before,
+        )
+        return await operate.change_jobs(self.database, operate.Verb.DELETE, where)
+
+    async def pause_queue(self, queue: str) -> control.QueueState:
+        """Pause ``queue`` for every drainer on every host: from the commit on they claim
+        nothing; what they hold (a batch in flight) they finish."""
+        return await control.pause_queue(self.database, queue)
+
+    async def resume_queue(self, queue: str) -> control.QueueState:
+        """Resume ``queue``: its drainers are woken by a notification and claim again."""
+        return await control.resume_queue(self.database, queue)
+
+    async def queues(self) -> list[control.QueueInfo]:
+        """Every queue the tables or this app know of: counts, due jobs, drainers, paused,
+        unserved (``cronlock queue list``)."""
+        here = {defaults.queue for defaults in self.job_types.values()}
+        return await control.list_queues(self.database, here)
+
+    async def prune(self, *, dry_run: bool = False, now: datetime | None = None) -> PruneResult:
+        """The built-in task ``prune`` now: delete what ``retention`` no longer keeps
+        (``dry_run``: count it only). A ``ConfigurationError`` when retention is off."""
+        if self.retention is None:
+            raise ConfigurationError("retention is off for this app (App(retention=False))")
+        return await prune(self.database, self.retention, dry_run=dry_run, now=now)
 
     async def aclose(self) -> None:
         if self._database is not None:

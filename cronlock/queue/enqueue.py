@@ -1,7 +1,8 @@
 """Enqueueing: validate everything, then write with one statement.
 
-Enqueueing validates everything before writing (a registered type, a JSON payload, options in
-range) and then writes with one statement in the transaction the caller gives, so the job
+Enqueueing validates everything before writing (a registered or declared type, unless the
+caller allows an unknown one, a JSON payload, options in range) and then writes with one
+statement in the transaction the caller gives, so the job
 commits or rolls back with the caller's own work; many jobs take the same single statement.
 Given the ``Database`` instead of a transaction, the statement is sent alone on a pooled
 connection and commits by itself: one round trip per job, the fast path for one at a time.
@@ -25,18 +26,19 @@ from ..database import Database
 from ..errors import InvalidJobOption
 from ..pg import AsyncpgStatement
 from ..sql.tables import SCHEMA
-from .jobs import Enqueued, Handler, check_dedup_keys, handler_for, job_options, to_payload
+from .jobs import Enqueued, JobDefaults, check_dedup_keys, handler_for, job_options, to_payload
 
 __all__ = ["enqueue_many"]
 
 
 async def enqueue_many(
     executor: AsyncSession | AsyncConnection | Database,
-    handlers: Mapping[str, Handler],
+    handlers: Mapping[str, JobDefaults],
     job_type: str,
     payloads: Sequence[Any],
     *,
     schema: str = SCHEMA,
+    allow_unknown: bool = False,
     max_retries: int | None = None,
     delay: float | timedelta | None = None,
     run_at: datetime | None = None,
@@ -50,7 +52,7 @@ async def enqueue_many(
     (or rolls back) as with any of its own writes. Given a ``Database`` instead, the jobs are
     committed on their own before this returns (``_on_own_connection``), in its schema.
     """
-    handler = handler_for(handlers, job_type)
+    handler = handler_for(handlers, job_type, allow_unknown=allow_unknown)
     options = job_options(
         handler,
         max_retries=max_retries,

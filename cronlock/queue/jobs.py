@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -34,10 +34,13 @@ __all__ = [
     "Enqueued",
     "Handler",
     "Job",
+    "JobDefaults",
     "JobHandler",
     "JobOptions",
+    "JobType",
     "check_dedup_keys",
     "check_int4",
+    "check_job_type",
     "check_max_retries",
     "check_queue",
     "handler_for",
@@ -95,6 +98,32 @@ class Handler:
     backoff: Backoff = Backoff()
     timeout: float | None = None
     queue: str = DEFAULT_QUEUE
+
+
+class JobDefaults(Protocol):
+    """What enqueueing reads of a job type: its name and its jobs' defaults (a ``Handler`` or
+    a ``JobType``)."""
+
+    @property
+    def job_type(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def max_retries(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class JobType:
+    """A job type declared without its handler (``App.declare_job``): what a producer that
+    does not import the worker's code needs to enqueue it, with the same checks. A drainer
+    runs such a job only if its own app has the handler."""
+
+    job_type: str
+    queue: str = DEFAULT_QUEUE
+    max_retries: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_type": self.job_type, "queue": self.queue, "max_retries": self.max_retries}
 
 
 @dataclass(frozen=True)
@@ -216,13 +245,26 @@ def check_max_retries(max_retries: int) -> int:
     return max_retries
 
 
-def handler_for(handlers: Mapping[str, Handler], job_type: str) -> Handler:
+def check_job_type(job_type: str) -> str:
+    if not isinstance(job_type, str) or not 1 <= len(job_type) <= MAX_NAME_LENGTH:
+        raise InvalidJobOption(f"invalid job type {job_type!r}: 1 to {MAX_NAME_LENGTH} characters")
+    return job_type
+
+
+def handler_for(
+    handlers: Mapping[str, JobDefaults], job_type: str, *, allow_unknown: bool = False
+) -> JobDefaults:
+    """The registered handler or declaration of ``job_type``; for an unknown type
+    UnknownJobType, unless ``allow_unknown`` (then the defaults of a plain ``JobType``)."""
     try:
         return handlers[job_type]
     except KeyError:
+        if allow_unknown:
+            return JobType(check_job_type(job_type))
         known = ", ".join(sorted(handlers)) or "none"
         raise UnknownJobType(
-            f"no handler registered for job type {job_type!r} (registered: {known})"
+            f"no handler registered for job type {job_type!r} (registered or declared: "
+            f"{known}; allow it to enqueue it anyway)"
         ) from None
 
 
@@ -238,7 +280,7 @@ class JobOptions:
 
 
 def job_options(
-    handler: Handler,
+    handler: JobDefaults,
     *,
     max_retries: int | None = None,
     delay: float | timedelta | None = None,

@@ -79,6 +79,7 @@ from .workers import (
     WORKER_HEARTBEAT_SECONDS,
     WORKER_LIST,
     WORKER_PRUNE,
+    WORKER_PRUNE_COUNT,
     WORKER_UPSERT,
 )
 
@@ -139,6 +140,7 @@ __all__ = [
     "WORKER_HEARTBEAT_SECONDS",
     "WORKER_LIST",
     "WORKER_PRUNE",
+    "WORKER_PRUNE_COUNT",
     "WORKER_UPSERT",
     "job_candidates",
     "job_count",

@@ -23,7 +23,7 @@ __all__ = [
     "QUEUE_RESUME",
 ]
 
-_name = bindparam("name", type_=Text)
+_name = bindparam("queue_name", type_=Text)
 
 # Whether the claim's queue (the drainer's :queue) is paused: one probe of the primary key.
 QUEUE_PAUSED_NOW = exists().where(

@@ -20,6 +20,7 @@ __all__ = [
     "WORKER_HEARTBEAT_SECONDS",
     "WORKER_LIST",
     "WORKER_PRUNE",
+    "WORKER_PRUNE_COUNT",
     "WORKER_UPSERT",
 ]
 
@@ -54,6 +55,11 @@ WORKER_DELETE = delete(workers).where(workers.c.id == bindparam("id", type_=Uuid
 
 # Rows of workers that stopped beating long ago (killed, or their host died).
 WORKER_PRUNE = delete(workers).where(
+    workers.c.heartbeat_at < func.now() - bindparam("older_than", type_=Interval)
+)
+
+# Retention's dry run: how many rows WORKER_PRUNE would delete.
+WORKER_PRUNE_COUNT = select(func.count()).where(
     workers.c.heartbeat_at < func.now() - bindparam("older_than", type_=Interval)
 )
 

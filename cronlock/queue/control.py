@@ -1,0 +1,156 @@
+"""Queue control: pause and resume a queue for every drainer on every host, and list queues.
+
+A pause is a row of ``queues`` with ``paused_at`` set, committed with a notification on the
+schema's jobs channel. The claim reads that row (``sql.JOB_CLAIM``), so from the commit on no
+drainer of the queue claims anything, on any host, whatever it was doing: a lane in the middle
+of a batch finishes the jobs it holds and its next claim finds none. The idle drainers' look
+at the next due job reads it too, so they wait instead of spinning; a resume's notification
+wakes them at once (without LISTEN, behind PgBouncer, at their next poll).
+
+``list_queues`` is every queue anything knows of: the jobs table, the queues table, the
+drainers' rows and the app's own handlers and declarations. Per queue it gives the counts by
+status, how many jobs are due and the oldest one's age, the live drainers, whether it is
+paused, and whether it is *unserved*: jobs have been due for longer than ``UNSERVED_AFTER``
+and no live drainer is active for it (``observe.serving``, the rule status and the metrics
+share).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import sql
+from ..database import Database
+from ..observe.serving import is_unserved, live_active
+from ..sql.tables import jobs_channel
+from .jobs import check_queue
+
+__all__ = ["QueueInfo", "QueueState", "list_queues", "pause_queue", "resume_queue"]
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """A queue after ``pause`` or ``resume``: whether it is paused now (since when), and
+    whether this call changed that."""
+
+    name: str
+    paused: bool
+    paused_at: datetime | None
+    changed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.name,
+            "paused": self.paused,
+            "paused_at": _iso(self.paused_at),
+            "changed": self.changed,
+        }
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue as ``cronlock queue list`` shows it."""
+
+    name: str
+    paused: bool
+    paused_at: datetime | None
+    counts: dict[str, int] = field(default_factory=dict)
+    due: int = 0
+    oldest_due_age_seconds: float | None = None
+    active_drainers: int = 0
+    standby_drainers: int = 0
+    unserved: bool = False
+    handled_here: bool = False  # this app has a handler or a declaration for the queue
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.name,
+            "paused": self.paused,
+            "paused_at": _iso(self.paused_at),
+            "counts": dict(self.counts),
+            "due": self.due,
+            "oldest_due_age_seconds": self.oldest_due_age_seconds,
+            "active_drainers": self.active_drainers,
+            "standby_drainers": self.standby_drainers,
+            "unserved": self.unserved,
+            "handled_here": self.handled_here,
+        }
+
+
+async def _set(database: Database, name: str, *, pause: bool) -> QueueState:
+    check_queue(name)
+    async with database.engine.begin() as conn:
+        statement = sql.QUEUE_PAUSE if pause else sql.QUEUE_RESUME
+        changed = (await conn.execute(statement, {"queue_name": name})).first() is not None
+        if changed:
+            channel = jobs_channel(database.schema)
+            await conn.execute(sql.QUEUE_NOTIFY, {"channel": channel, "queue": name})
+        row = (await conn.execute(sql.QUEUE_GET, {"queue_name": name})).mappings().first()
+    paused_at = None if row is None else row["paused_at"]
+    return QueueState(name, paused_at is not None, paused_at, changed)
+
+
+async def pause_queue(database: Database, name: str) -> QueueState:
+    """Pause ``name``: from the commit on, its drainers claim nothing (they finish what they
+    hold). Pausing a paused queue changes nothing (``changed`` is False)."""
+    return await _set(database, name, pause=True)
+
+
+async def resume_queue(database: Database, name: str) -> QueueState:
+    """Resume ``name``: its drainers claim again, woken at once by a notification."""
+    return await _set(database, name, pause=False)
+
+
+async def list_queues(database: Database, handled: Iterable[str] = ()) -> list[QueueInfo]:
+    """Every queue known to the tables or in ``handled`` (the app's own queues), by name."""
+    here = set(handled)
+    async with database.connect() as conn:
+        counts: dict[str, dict[str, int]] = {}
+        for queue, status, count in await conn.execute(sql.JOB_COUNTS):
+            counts.setdefault(queue, {})[status] = count
+        due = {row.queue: row for row in await conn.execute(sql.JOB_OLDEST_DUE)}
+        paused = {row.name: row.paused_at for row in await conn.execute(sql.QUEUE_LIST)}
+        drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
+    active = live_active(drainers)
+    standby: dict[str, int] = {}
+    for row in drainers:
+        if row["alive"] and row["state"] == "standby":
+            standby[row["queue"]] = standby.get(row["queue"], 0) + 1
+    names = sorted(set(counts) | set(due) | set(paused) | {row["queue"] for row in drainers} | here)
+    found = []
+    for name in names:
+        waiting = due.get(name)
+        age = (
+            None
+            if waiting is None
+            else round((waiting.now - waiting.oldest_due_at).total_seconds(), 3)
+        )
+        number = 0 if waiting is None else int(waiting.due)
+        since = paused.get(name)
+        found.append(
+            QueueInfo(
+                name=name,
+                paused=since is not None,
+                paused_at=since,
+                counts=counts.get(name, {}),
+                due=number,
+                oldest_due_age_seconds=age,
+                active_drainers=active.get(name, 0),
+                standby_drainers=standby.get(name, 0),
+                unserved=is_unserved(
+                    due=number,
+                    oldest_due_age_seconds=age,
+                    active_drainers=active.get(name, 0),
+                    paused=since is not None,
+                ),
+                handled_here=name in here,
+            )
+        )
+    return found
