@@ -11,7 +11,8 @@ as working directory and none of the user's shell settings. So each line names e
   in ``/etc/cron.d``, nor on a command line, which ``ps`` shows), or, for a URL without a
   password, one ``CRONLOCK_DATABASE_URL=`` line at the top of the crontab;
 * ``{ …; } >> LOG 2>&1``: everything the line says, errors of ``cd`` included, goes to a log;
-* a ``drain`` line every minute per queue when the app registers job handlers.
+* a ``drain`` line every minute per queue when the app registers job handlers, and a
+  ``prune`` line (the built-in retention) unless the app turned it off.
 
 Debian's cron ignores ``CRON_TZ`` and fires every line in its own zone (``/etc/localtime``),
 so a task whose zone is another would fire at the wrong times: such a task is refused with
@@ -253,6 +254,10 @@ def render(app: App, setup: CrontabSetup) -> str:
         for queue in sorted({handler.queue for handler in app.handlers.values()}):
             chosen = "" if queue == "default" else f" --queue {shlex.quote(queue)}"
             out.append(line("* * * * *", f"drain --max-seconds {DRAIN_SECONDS}{chosen}"))
+        if app.retention is not None:
+            # The built-in retention (App(retention=False) leaves it out). It has no slots, so
+            # cron's zone does not matter to it.
+            out.append(line(app.retention.cron, "prune"))
     return "".join(out)
 
 

@@ -38,14 +38,17 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 
 from .app import App
+from .cron import CronSchedule
 from .database import Database
 from .outcome import RunResult, RunTrigger, SkipReason
 from .periodic import Misfire, PeriodicTask, backlog, record_missed, resolve_slot, run_slot
 from .periodic.backlog import BACKLOG_LIMIT
+from .retention import PRUNE_TASK, prune
 
 __all__ = [
     "BACKLOG_LIMIT",
     "DEFAULT_SHUTDOWN_GRACE",
+    "BuiltinTrigger",
     "Clock",
     "ScheduleTrigger",
     "Scheduler",
@@ -109,8 +112,28 @@ class ScheduleTrigger(BaseTrigger):  # type: ignore[misc]
         return f"cronlock[{self.task.schedule.expression} {self.task.schedule.timezone.key}]"
 
 
+class BuiltinTrigger(BaseTrigger):  # type: ignore[misc]
+    """An APScheduler trigger for a built-in task (``prune``): its schedule's fire times."""
+
+    __slots__ = ("schedule",)
+
+    def __init__(self, schedule: CronSchedule) -> None:
+        self.schedule = schedule
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        start = now if previous_fire_time is None else previous_fire_time + _TICK
+        return self.schedule.next_fire_time(start)
+
+    def __str__(self) -> str:
+        return f"cronlock[{self.schedule.expression} UTC]"
+
+
 class Scheduler:
-    """Fires an app's periodic tasks on time; see the module docstring."""
+    """Fires an app's periodic tasks on time, and the built-in ``prune`` on its schedule
+    (unless the app turned retention off, or only some tasks were asked for); see the module
+    docstring."""
 
     def __init__(
         self,
@@ -129,6 +152,8 @@ class Scheduler:
         self.database = database if database is not None else app.database
         self.clock = clock
         self.tasks = [app.task(name) for name in tasks] if tasks else list(app.tasks.values())
+        # The built-in retention fires beside every task, not beside a chosen few.
+        self.retention = None if tasks else app.retention
         self.shutdown_grace = shutdown_grace
         self._horizon: dict[str, datetime] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -269,6 +294,11 @@ class Scheduler:
         # Returns at once: the run is this scheduler's task, not APScheduler's (see docstring).
         self._spawn(self.wake(self.app.task(name)), name)
 
+    async def _fire_prune(self) -> None:
+        retention = self.retention
+        if retention is not None:  # a prune of its own: batches of short transactions
+            self._spawn(prune(self.database, retention), PRUNE_TASK)
+
     def start(self) -> None:
         """Wake every task once (catch up after downtime), then fire them on time."""
         apscheduler = AsyncIOScheduler(
@@ -289,6 +319,13 @@ class Scheduler:
                 args=[task.name],
                 id=task.name,
                 name=f"cronlock task {task.name}",
+            )
+        if self.retention is not None:
+            apscheduler.add_job(
+                self._fire_prune,
+                trigger=BuiltinTrigger(self.retention.schedule),
+                id=PRUNE_TASK,
+                name="cronlock built-in prune",
             )
         apscheduler.start()
         self._apscheduler = apscheduler

@@ -5,8 +5,9 @@ calls the library, renders what it got (``render``) and exits with its code (``c
 
     runs       run, list, crontab, demo       the periodic tasks
     queue      enqueue, drain, worker         the job queue
+    operate    jobs …, queue …                find and act on jobs, pause and resume queues
     scheduler  scheduler                      the scheduler daemon
-    admin      migrate, status                the schema and what the tables record
+    admin      migrate, status, prune         the schema, what the tables record, retention
     embedded   embedded status|stop|remove    the embedded PostgreSQL
     serve      serve                          the HTTP API (extra 'http')
     bench      bench                          measure cronlock on this database
@@ -25,7 +26,7 @@ import click
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import CronlockError
-from . import admin, bench, embedded, queue, runs, scheduler, serve
+from . import admin, bench, embedded, operate, queue, runs, scheduler, serve
 from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, Options, UsageFailure
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "cli", "main"]
@@ -104,6 +105,9 @@ for _command in (
     queue.enqueue,
     queue.drain,
     queue.worker,
+    operate.jobs_group,
+    operate.queue_group,
+    admin.prune,
     serve.serve,
     bench.bench,
     scheduler.scheduler,

@@ -1,5 +1,5 @@
-"""The schema and what the tables record: ``migrate`` and ``status`` (``App.migrate``,
-``App.status``)."""
+"""The schema and what the tables record: ``migrate``, ``status`` and ``prune``
+(``App.migrate``, ``App.status``, ``App.prune``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from typing import Any
 
 import click
 
+from .. import schema
 from ..app import App
+from ..errors import ConfigurationError
+from ..retention import PruneResult
 from . import render
 from .context import Options, pass_options, run
 
-__all__ = ["migrate", "status"]
+__all__ = ["migrate", "prune", "prune_now", "status"]
 
 
 @click.command()
@@ -46,3 +49,34 @@ def status(options: Options, as_json: bool, limit: int) -> None:
         return
     for line in render.describe_status(report):
         click.echo(line)
+
+
+def prune_now(options: Options, *, dry_run: bool, as_json: bool) -> None:
+    """``cronlock prune`` (and ``cronlock run prune``): prune once, say what went."""
+    app = options.load_app()
+    if app.retention is None:
+        # Before any connection: a usage error, one line (the App raises the same).
+        raise ConfigurationError("retention is off for this app (App(retention=False))")
+    database = options.database(app)
+
+    async def go() -> PruneResult:
+        await schema.ensure_ready(database)
+        return await app.prune(dry_run=dry_run)
+
+    result = run(go, app)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+        return
+    for line in render.pruned(result):
+        click.echo(line)
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Count what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_options
+def prune(options: Options, dry_run: bool, as_json: bool) -> None:
+    """The built-in retention now: delete completed jobs older than the app's retention (7
+    days by default), failed and cancelled ones (30 days), runs (30 days) and stale worker
+    rows, in short batches; say what went. Skipped while another prune runs."""
+    prune_now(options, dry_run=dry_run, as_json=as_json)

@@ -61,6 +61,11 @@ def _parse_run_at(value: str | None) -> datetime | None:
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option("--queue", help="Queue name (default: the handler's).")
 @click.option("--dedup-key", help="No new job while one with this key is waiting.")
+@click.option(
+    "--allow-unknown",
+    is_flag=True,
+    help="Enqueue a job type the app neither handles nor declares (a drainer must know it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_options
 def enqueue(
@@ -73,6 +78,7 @@ def enqueue(
     priority: int,
     queue: str | None,
     dedup_key: str | None,
+    allow_unknown: bool,
     as_json: bool,
 ) -> None:
     """Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id."""
@@ -80,7 +86,15 @@ def enqueue(
 
     app = options.load_app()
     # Everything is checked before any connection is made: bad input writes nothing.
-    handler_for(app.handlers, job_type)
+    handler_for(app.job_types, job_type, allow_unknown=allow_unknown)
+    if not app.knows(job_type):
+        click.echo(
+            render.warning(
+                f"job type {job_type!r} has no handler or declaration in this app: only a "
+                "drainer whose app registers its handler runs it"
+            ),
+            err=True,
+        )
     value = None if payload is None else parse_json(payload, "PAYLOAD")
     moment = _parse_run_at(run_at)
     database = options.database(app)
@@ -98,6 +112,7 @@ def enqueue(
                 priority=priority,
                 queue=queue,
                 dedup_key=dedup_key,
+                allow_unknown=allow_unknown,
             )
             await session.commit()
             return answer

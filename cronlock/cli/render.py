@@ -7,6 +7,7 @@ commands echo them. ``--json`` output is the values' own ``to_dict()`` or report
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import datetime
 from typing import Any
 
@@ -14,10 +15,14 @@ from .. import embedded
 from ..app import App
 from ..database import Database
 from ..outcome import DrainResult, RunResult, RunStatus
+from ..queue.control import QueueInfo, QueueState
 from ..queue.jobs import Enqueued
+from ..queue.operate import JobChange, JobInfo, JobPage, JobsChanged
+from ..retention import PruneResult, Retention
 
 __all__ = [
     "bench_failed",
+    "builtin_lines",
     "describe",
     "describe_drain",
     "describe_queue",
@@ -28,9 +33,18 @@ __all__ = [
     "embedded_stopped",
     "enqueued",
     "health_line",
+    "job_change",
+    "job_lines",
+    "job_table",
+    "jobs_changed",
     "migrated",
+    "nothing_changed",
     "open_api",
     "overdue_line",
+    "pruned",
+    "queue_state",
+    "queue_table",
+    "retention_entry",
     "scheduler_started",
     "table",
     "task_entries",
@@ -264,7 +278,12 @@ def describe_queue(queue: dict[str, Any]) -> list[str]:
         counts = ", ".join(f"{n} {status}" for status, n in sorted(entry["counts"].items()))
         age = entry["oldest_due_age_seconds"]
         oldest = f"; {entry['due']} due, oldest waiting {age:.1f} s" if age is not None else ""
-        lines.append(f"queue {entry['queue']}: {counts or 'empty'}{oldest}")
+        flags = ""
+        if entry.get("paused"):
+            flags = f" — PAUSED since {entry['paused_at']} (cronlock queue resume)"
+        elif entry.get("unserved"):
+            flags = " — UNSERVED: due jobs and no live drainer (start a worker or a drain)"
+        lines.append(f"queue {entry['queue']}: {counts or 'empty'}{oldest}{flags}")
     if not queue["queues"]:
         lines.append("queue: no jobs")
     rates = queue["rates"]
@@ -285,3 +304,148 @@ def describe_queue(queue: dict[str, Any]) -> list[str]:
             f"(retry {failure['retry_count']}/{failure['max_retries']}): {failure['error_message']}"
         )
     return lines
+
+
+# -- operating the queue ---------------------------------------------------------------------
+
+
+def _short(text: str | None, width: int = 60) -> str:
+    if not text:
+        return ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def job_table(page: JobPage) -> list[str]:
+    """``cronlock jobs list``: a line per job, newest first, and how to get the next page."""
+    if not page.jobs:
+        return ["no jobs match"]
+    rows: list[tuple[str, ...]] = [("ID", "STATUS", "TYPE", "QUEUE", "CREATED", "RETRIES", "ERROR")]
+    for job in page.jobs:
+        rows.append(
+            (
+                str(job.id),
+                job.status.value,
+                job.job_type,
+                job.queue,
+                job.created_at.isoformat(timespec="seconds"),
+                f"{job.retry_count}/{job.max_retries}",
+                _short(job.error_message),
+            )
+        )
+    lines = table(rows)
+    if page.next_cursor is not None:
+        lines.append(f"more: --cursor {page.next_cursor}")
+    return lines
+
+
+def job_lines(job: JobInfo) -> list[str]:
+    """``cronlock jobs show``: the job's row, then its error history."""
+    lines = [
+        f"job {job.id}",
+        f"  status      {job.status.value}",
+        f"  type        {job.job_type} (queue {job.queue}, priority {job.priority})",
+        f"  retries     {job.retry_count} of {job.max_retries}",
+        f"  created     {job.created_at.isoformat()}",
+        f"  due         {job.run_at.isoformat()}",
+        f"  started     {_iso(job.started_at)}",
+        f"  finished    {_iso(job.completed_at)}",
+        f"  dedup key   {job.dedup_key or 'none'}",
+        f"  payload     {json.dumps(job.payload)}",
+        f"  result      {json.dumps(job.result)}",
+    ]
+    if job.error_message:
+        lines.append(f"  error       {job.error_message}")
+    for entry in job.error_history:
+        lines.append(f"  attempt {entry.get('attempt')} at {entry.get('at')}: {entry.get('error')}")
+    return lines
+
+
+def job_change(change: JobChange) -> str:
+    return f"{change.job_id}: {change.outcome.value} ({change.detail})"
+
+
+def jobs_changed(done: JobsChanged) -> str:
+    past = {"retry": "retried", "cancel": "cancelled", "delete": "deleted"}[done.verb.value]
+    left = ", ".join(f"{n} {outcome.value}" for outcome, n in sorted(done.unchanged.items()))
+    return f"{done.verb.value}: {done.changed:,} of {done.matched:,} job(s) {past}" + (
+        f"; left alone: {left}" if left else ""
+    )
+
+
+def nothing_changed(verb: str, matching: int) -> str:
+    if matching == 0:
+        return f"{verb}: no job matches"
+    return f"{verb}: nothing changed ({matching:,} job(s) match; --yes to {verb} them)"
+
+
+def queue_state(state: QueueState) -> str:
+    if state.paused:
+        since = state.paused_at.isoformat() if state.paused_at else "?"
+        return f"queue {state.name}: paused since {since}" + (
+            "" if state.changed else " (it already was)"
+        )
+    return f"queue {state.name}: running" + ("" if state.changed else " (it was not paused)")
+
+
+def queue_table(queues: list[QueueInfo]) -> list[str]:
+    """``cronlock queue list``."""
+    if not queues:
+        return ["no queues"]
+    rows: list[tuple[str, ...]] = [("QUEUE", "STATE", "DUE", "OLDEST DUE", "DRAINERS", "JOBS")]
+    for queue in queues:
+        state = "paused" if queue.paused else "UNSERVED" if queue.unserved else "running"
+        age = queue.oldest_due_age_seconds
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(queue.counts.items()))
+        rows.append(
+            (
+                queue.name,
+                state,
+                str(queue.due),
+                "-" if age is None else f"{age:.0f} s",
+                f"{queue.active_drainers} active, {queue.standby_drainers} standby",
+                counts or "none",
+            )
+        )
+    return table(rows)
+
+
+def pruned(result: PruneResult) -> list[str]:
+    """``cronlock prune``: what it removed (or would remove)."""
+    if result.skip_reason is not None:
+        return [f"prune: skipped ({result.skip_reason})"]
+    verb = "would remove" if result.dry_run else "removed"
+    lines = [
+        f"prune: {verb} {result.completed_jobs:,} completed, {result.failed_jobs:,} failed and "
+        f"{result.cancelled_jobs:,} cancelled job(s), {result.runs:,} run(s), "
+        f"{result.workers:,} stale worker row(s)"
+        + ("" if result.dry_run else f" in {result.batches} batch(es), {result.duration_s:.1f} s")
+    ]
+    return lines
+
+
+def retention_entry(retention: Retention, now: datetime, count: int) -> dict[str, Any]:
+    """``cronlock list``: the built-in task ``prune``, its schedule and what it keeps."""
+    upcoming = list(itertools.islice(retention.schedule.fire_times(now), count))
+    return {
+        "name": "prune",
+        "builtin": True,
+        "cron": retention.cron,
+        "timezone": "UTC",
+        "next_fire_times": [t.isoformat() for t in upcoming],
+        "retention": retention.to_dict(),
+        "description": "built-in: delete completed jobs after "
+        f"{_days(retention.completed)}, failed and cancelled after {_days(retention.failed)}, "
+        f"runs after {_days(retention.runs)}",
+    }
+
+
+def _days(duration: Any) -> str:
+    seconds = duration.total_seconds()
+    if seconds % 86400 == 0:
+        return f"{seconds / 86400:g} d"
+    return f"{seconds / 3600:g} h"
+
+
+def builtin_lines(entry: dict[str, Any]) -> list[str]:
+    times = ", ".join(entry["next_fire_times"]) or "never"
+    return [f"{entry['name']} ({entry['cron']} UTC; next {times}): {entry['description']}"]

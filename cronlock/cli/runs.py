@@ -12,6 +12,7 @@ from .. import embedded, schema
 from ..outcome import RunResult
 from ..service import DEFAULT_GRACE_PERIOD
 from . import render
+from .admin import prune_now
 from .context import EXIT_OK, Options, exit_code, exit_with, pass_options, run
 from .queue import drain_queue
 
@@ -30,12 +31,18 @@ __all__ = ["crontab", "demo", "list_tasks", "run_task"]
 @pass_options
 def list_tasks(options: Options, as_json: bool, count: int) -> None:
     """Periodic tasks: name, cron, timezone, lock key, next fire times (their zone and UTC)."""
-    rows = render.task_entries(options.load_app(), datetime.now(UTC), count)
+    app = options.load_app()
+    now = datetime.now(UTC)
+    rows = render.task_entries(app, now, count)
+    builtin = [] if app.retention is None else [render.retention_entry(app.retention, now, count)]
     if as_json:
-        click.echo(json.dumps({"tasks": rows}))
+        click.echo(json.dumps({"tasks": rows, "builtin": builtin}))
         return
     for line in render.task_table(rows):
         click.echo(line)
+    for entry in builtin:
+        for line in render.builtin_lines(entry):
+            click.echo(line)
 
 
 @click.command("run")
@@ -73,8 +80,11 @@ def run_task(
     From crontab the invocation maps to the fire time it is for (up to the task's grace
     late); a slot that already ran is skipped (slot_done). Outside every slot's grace nothing
     runs (skipped, no_slot) unless --manual. TASK may be the built-in `drain` (the job queue:
-    see `cronlock drain`).
+    see `cronlock drain`) or `prune` (retention: see `cronlock prune`).
     """
+    if task == "prune":
+        prune_now(options, dry_run=False, as_json=as_json)
+        return
     if task == "drain":
         drain_queue(
             options,

@@ -1,6 +1,7 @@
 """Who may call which endpoint of the HTTP API, decided before a request's body is read.
 
-Every endpoint belongs to a surface: ``writes`` (``POST /jobs``), ``reads`` (``GET /jobs/{id}``,
+Every endpoint belongs to a surface: ``writes`` (``POST /jobs``, the operator's retry, cancel,
+delete, pause and resume), ``reads`` (``GET /jobs``, ``GET /jobs/{id}``, ``GET /queues``,
 ``GET /runs``, and the dashboard to come), ``metrics`` and ``healthz``. ``Access`` is the policy:
 the token (``CRONLOCK_API_TOKEN``) opens every surface, the read token
 (``CRONLOCK_API_READ_TOKEN``) every surface but writes, and the surfaces named public

@@ -1,4 +1,5 @@
-"""The HTTP API's routes: the reference's enqueue and status endpoints, runs, health and metrics.
+"""The HTTP API's routes: the reference's enqueue and status endpoints, operating the queue
+(list, retry, cancel and delete jobs; pause and resume queues), runs, health and metrics.
 
 ``create_router(app)`` is a FastAPI router to mount in your own application;
 ``create_api(app)`` wraps it in a FastAPI app, which ``cronlock serve`` runs with uvicorn. Both
@@ -19,7 +20,10 @@ from typing import Annotated, Any
 from .. import schema, sql
 from ..app import App
 from ..errors import ConfigurationError, CronlockError
+from ..outcome import JobStatus
+from ..queue.control import QueueInfo, QueueState
 from ..queue.jobs import MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
+from ..queue.operate import MAX_PAGE_SIZE, ChangeOutcome, JobChange
 from .access import TOKEN_ENV, Access, Guard, GuardedRoute, Surface
 
 try:
@@ -30,6 +34,7 @@ try:
         BaseModel,
         ConfigDict,
         Field,
+        StrictBool,
         StrictFloat,
         StrictInt,
         StrictStr,
@@ -70,6 +75,9 @@ class EnqueueRequest(BaseModel):
     priority: StrictInt = Field(default=0, ge=-(2**31), lt=2**31)
     queue: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
     dedup_key: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
+    allow_unknown: StrictBool = Field(
+        default=False, description="Enqueue a job type the server's app does not know."
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -81,9 +89,13 @@ class EnqueueRequest(BaseModel):
 
 
 class EnqueueResponse(BaseModel):
+    """``job_id`` is the reference's name for the id; ``id`` is kept beside it."""
+
+    job_id: uuid.UUID
     id: uuid.UUID
     created: bool
     detail: str
+    warning: str | None = None
 
 
 class JobView(BaseModel):
@@ -102,6 +114,44 @@ class JobView(BaseModel):
     run_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
+
+
+class JobPageView(BaseModel):
+    """A page of jobs, newest first; ``next_cursor`` (null on the last page) for the next."""
+
+    jobs: list[JobView]
+    next_cursor: str | None
+
+
+class JobChangeView(BaseModel):
+    """What a retry, cancel or delete did: ``outcome`` (retried, cancelled, deleted) and the
+    job's status now (null once deleted)."""
+
+    id: uuid.UUID
+    outcome: str
+    changed: bool
+    status: str | None
+    detail: str
+
+
+class QueueStateView(BaseModel):
+    queue: str
+    paused: bool
+    paused_at: datetime | None
+    changed: bool
+
+
+class QueueView(BaseModel):
+    queue: str
+    paused: bool
+    paused_at: datetime | None
+    counts: dict[str, int]
+    due: int
+    oldest_due_age_seconds: float | None
+    active_drainers: int
+    standby_drainers: int
+    unserved: bool
+    handled_here: bool
 
 
 class RunView(BaseModel):
@@ -183,18 +233,119 @@ def create_router(
                 priority=body.priority,
                 queue=body.queue,
                 dedup_key=body.dedup_key,
+                allow_unknown=body.allow_unknown,
             )
         except CronlockError as exc:
             raise HTTPException(422, str(exc)) from None
+        warning = (
+            None
+            if app.knows(body.job_type)
+            else f"job type {body.job_type!r} has no handler or declaration in this app: only "
+            "a drainer whose app registers its handler runs it"
+        )
         if answer.created:
-            view = EnqueueResponse(id=answer.id, created=True, detail="enqueued")
+            view = EnqueueResponse(
+                job_id=answer.id, id=answer.id, created=True, detail="enqueued", warning=warning
+            )
             return JSONResponse(view.model_dump(mode="json"), status_code=201)
         view = EnqueueResponse(
+            job_id=answer.id,
             id=answer.id,
             created=False,
             detail="not enqueued: a waiting job already holds this dedup_key; this is its id",
+            warning=warning,
         )
         return JSONResponse(view.model_dump(mode="json"), status_code=200)
+
+    @router.get("/jobs", response_model=JobPageView, **guarded("reads", 422), summary="Find jobs")
+    async def list_jobs(
+        status: Annotated[list[JobStatus] | None, Query()] = None,
+        queue: Annotated[str | None, Query(min_length=1, max_length=MAX_NAME_LENGTH)] = None,
+        job_type: Annotated[str | None, Query(min_length=1, max_length=MAX_NAME_LENGTH)] = None,
+        created_after: Annotated[datetime | None, Query()] = None,
+        created_before: Annotated[datetime | None, Query()] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
+        cursor: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> JobPageView:
+        try:
+            page = await app.list_jobs(
+                status=status,
+                queue=queue,
+                job_type=job_type,
+                created_after=created_after,
+                created_before=created_before,
+                limit=limit,
+                cursor=cursor,
+            )
+        except CronlockError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return JobPageView.model_validate(page.to_dict())
+
+    def _changed(change: JobChange) -> JobChangeView:
+        """200 with what changed; 404 for no such job; 409 when the job's state forbids it
+        (running now, a status the verb does not act on, its dedup key held)."""
+        if change.outcome is ChangeOutcome.NOT_FOUND:
+            raise HTTPException(404, change.detail)
+        if not change.changed:
+            raise HTTPException(409, f"{change.outcome.value}: {change.detail}")
+        return JobChangeView.model_validate(change.to_dict())
+
+    @router.post(
+        "/jobs/{job_id}/retry",
+        response_model=JobChangeView,
+        **guarded("writes", 404, 409, 422),
+        summary="Make a failed or retrying job due now",
+    )
+    async def retry_job(job_id: Annotated[uuid.UUID, Path()]) -> JobChangeView:
+        return _changed(await app.retry_job(job_id))
+
+    @router.post(
+        "/jobs/{job_id}/cancel",
+        response_model=JobChangeView,
+        **guarded("writes", 404, 409, 422),
+        summary="Cancel a waiting job",
+    )
+    async def cancel_job(job_id: Annotated[uuid.UUID, Path()]) -> JobChangeView:
+        return _changed(await app.cancel_job(job_id))
+
+    @router.delete(
+        "/jobs/{job_id}",
+        response_model=JobChangeView,
+        **guarded("writes", 404, 409, 422),
+        summary="Delete a finished job",
+    )
+    async def delete_job(job_id: Annotated[uuid.UUID, Path()]) -> JobChangeView:
+        return _changed(await app.delete_job(job_id))
+
+    def _state(state: QueueState) -> QueueStateView:
+        return QueueStateView.model_validate(state.to_dict())
+
+    @router.post(
+        "/queues/{name}/pause",
+        response_model=QueueStateView,
+        **guarded("writes", 422),
+        summary="Pause a queue for every drainer",
+    )
+    async def pause_queue(
+        name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+    ) -> QueueStateView:
+        return _state(await app.pause_queue(name))
+
+    @router.post(
+        "/queues/{name}/resume",
+        response_model=QueueStateView,
+        **guarded("writes", 422),
+        summary="Resume a paused queue",
+    )
+    async def resume_queue(
+        name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+    ) -> QueueStateView:
+        return _state(await app.resume_queue(name))
+
+    @router.get("/queues", response_model=list[QueueView], **guarded("reads"), summary="Queues")
+    async def list_queues() -> list[QueueView]:
+        found: list[QueueInfo] = await app.queues()
+        return [QueueView.model_validate(queue.to_dict()) for queue in found]
 
     @router.get(
         "/jobs/{job_id}", response_model=JobView, **guarded("reads", 404, 422), summary="A job"

@@ -2,11 +2,12 @@
 
 ``SELECT * FROM jobs`` is the whole truth, and so are the metrics: queue depth by status, the
 age of the oldest due job, jobs finished and retries made, the created→completed latency
-histogram, active and standby drainers, and per periodic task its runs by outcome, last
-success, consecutive failures, how overdue it is (from its schedule at scrape time, so it rises
-while nothing runs at all), and duration and lateness histograms. Counters computed from the
-tables only decrease if rows are deleted (pruning history); Prometheus' ``rate()`` treats that
-as a counter reset. Names follow Prometheus conventions (``cronlock_…_total``, ``_seconds``).
+histogram, active and standby drainers, paused and unserved queues, and per periodic task its
+runs by outcome, last success, consecutive failures, how overdue it is (from its schedule at
+scrape time, so it rises while nothing runs at all), and duration and lateness histograms.
+Counters computed from the tables only decrease if rows are deleted (retention's ``prune``);
+Prometheus' ``rate()`` treats that as a counter reset. Names follow Prometheus conventions
+(``cronlock_…_total``, ``_seconds``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .. import sql
 from ..database import Database
 from ..periodic import PeriodicTask, backlog
 from ..sql.tables import JOB_STATUSES, RUN_STATUSES
+from .serving import is_unserved, live_active
 
 __all__ = ["CONTENT_TYPE", "render_metrics", "scrape", "serve_metrics"]
 
@@ -77,6 +79,7 @@ async def scrape(
         drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
         tasks = (await conn.execute(sql.RUN_TOTALS)).mappings().all()
         late = await backlog.overdue_by_task(conn, periodic, now)
+        paused = [row.name for row in await conn.execute(sql.QUEUE_LIST) if row.paused_at]
 
     jobs = GaugeMetricFamily(
         "cronlock_jobs", "Jobs in the jobs table by queue and status.", labels=["queue", "status"]
@@ -139,6 +142,8 @@ async def scrape(
     for (queue, state), number in sorted(by_state.items()):
         drainer_states.add_metric([queue, state], number)
 
+    paused_gauge, unserved_gauge = _queue_control(due, drainers, paused)
+
     runs_total = CounterMetricFamily(
         "cronlock_task_runs", "Runs of each periodic task by outcome.", labels=["task", "status"]
     )
@@ -186,6 +191,8 @@ async def scrape(
         retried,
         latency,
         drainer_states,
+        paused_gauge,
+        unserved_gauge,
         runs_total,
         last_success,
         consecutive,
@@ -193,6 +200,35 @@ async def scrape(
         duration,
         lateness,
     ]
+
+
+def _queue_control(
+    due: Iterable[Mapping[Any, Any]], drainers: Iterable[Mapping[Any, Any]], paused: list[str]
+) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    """Paused queues, and queues with due jobs that no live drainer takes (observe.serving's
+    rule): computed from rows the scrape already read, plus the small queues table."""
+    paused_gauge = GaugeMetricFamily(
+        "cronlock_queue_paused", "1 for a queue an operator paused.", labels=["queue"]
+    )
+    for name in sorted(paused):
+        paused_gauge.add_metric([name], 1)
+    unserved_gauge = GaugeMetricFamily(
+        "cronlock_queue_unserved",
+        "1 for a queue whose jobs have been due for over two minutes with no live active "
+        "drainer (and not paused), else 0.",
+        labels=["queue"],
+    )
+    active = live_active(drainers)
+    for row in due:
+        age = (row["now"] - row["oldest_due_at"]).total_seconds() if row["oldest_due_at"] else 0
+        flagged = is_unserved(
+            due=int(row["due"]),
+            oldest_due_age_seconds=age,
+            active_drainers=active.get(row["queue"], 0),
+            paused=row["queue"] in paused,
+        )
+        unserved_gauge.add_metric([row["queue"]], 1 if flagged else 0)
+    return paused_gauge, unserved_gauge
 
 
 def render_metrics(families: list[Metric]) -> bytes:

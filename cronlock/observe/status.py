@@ -3,7 +3,8 @@
 Per task: the last runs, and how its schedule is doing — the last success, how many failures
 and missed slots in a row, how late recent runs started, and whether it is overdue (a slot past
 its grace with no outcome, from the schedule at read time: ``periodic.backlog``). The queue:
-counts by status, the oldest due job, recent failures, rates, and the drainers.
+counts by status, the oldest due job, whether it is paused or unserved (due jobs that no live
+drainer takes: ``observe.serving``), recent failures, rates, and the drainers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .. import sql
 from ..app import App
 from ..database import Database
 from ..periodic import backlog
+from .serving import is_unserved, live_active
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -141,8 +143,11 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
             for row in (await conn.execute(sql.JOB_RECENT_FAILURES, {"limit": failures})).mappings()
         ]
         rates_row = (await conn.execute(sql.JOB_RATES)).mappings().one()
+        paused = {row.name: row.paused_at for row in await conn.execute(sql.QUEUE_LIST)}
+        drainer_rows = (await conn.execute(sql.WORKER_LIST)).mappings().all()
+        active = live_active(drainer_rows)
         workers = []
-        for row in (await conn.execute(sql.WORKER_LIST)).mappings():
+        for row in drainer_rows:
             age = (row["now"] - row["heartbeat_at"]).total_seconds()
             workers.append(
                 {
@@ -160,7 +165,7 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
                     "started_at": _jsonable(row["started_at"]),
                 }
             )
-    queues = sorted(set(counts) | set(due))
+    queues = sorted(set(counts) | set(due) | {name for name, at in paused.items() if at})
     rates = {
         f"{outcome}_per_min_{minutes}m": round(rates_row[f"{outcome}_{minutes}m"] / minutes, 3)
         for outcome in ("completed", "failed")
@@ -173,6 +178,16 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
                 "counts": counts.get(queue, {}),
                 "due": due.get(queue, {}).get("due", 0),
                 "oldest_due_age_seconds": due.get(queue, {}).get("oldest_due_age_seconds"),
+                # Queue control and who serves it (observe.serving: the one rule).
+                "paused": paused.get(queue) is not None,
+                "paused_at": _jsonable(paused.get(queue)),
+                "active_drainers": active.get(queue, 0),
+                "unserved": is_unserved(
+                    due=due.get(queue, {}).get("due", 0),
+                    oldest_due_age_seconds=due.get(queue, {}).get("oldest_due_age_seconds"),
+                    active_drainers=active.get(queue, 0),
+                    paused=paused.get(queue) is not None,
+                ),
             }
             for queue in queues
         ],

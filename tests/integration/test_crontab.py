@@ -38,6 +38,7 @@ def test_crontab_example_is_the_output_for_tasks() -> None:
     assert (ROOT / "crontab.example").read_text() == done.stdout
     assert "/srv/app/.venv/bin/cronlock --app tasks run reindex-fts;" in done.stdout
     assert "drain --max-seconds 55" in done.stdout
+    assert "/srv/app/.venv/bin/cronlock --app tasks prune;" in done.stdout
 
 
 def cron_command(line: str) -> str:
@@ -105,8 +106,9 @@ async def test_printed_lines_run_under_crons_environment(
         assert variables == [f"CRONLOCK_DATABASE_URL={database_url}"]
         crontab_env = dict(v.split("=", 1) for v in variables)  # cron sets these
     jobs = [line for line in text if line and not line.startswith(("#", "CRONLOCK_"))]
-    assert [j.split("  ", 1)[0] for j in jobs] == ["* * * * *", "* * * * *"]
+    assert [j.split("  ", 1)[0] for j in jobs] == ["* * * * *", "* * * * *", "17 * * * *"]
     assert "run minutely;" in jobs[0] and "drain --max-seconds 55;" in jobs[1]
+    assert jobs[2].split("  ", 1)[1].startswith("{ cd ") and " prune;" in jobs[2]
     for job in jobs:
         done = under_cron(cron_command(job), **crontab_env)
         assert done.returncode == 0, (job, done.stdout, done.stderr)
@@ -114,4 +116,5 @@ async def test_printed_lines_run_under_crons_environment(
     log = (tmp_path / "cron.log").read_text()
     assert "minutely: completed" in log, log
     assert "drain default:" in log, log
+    assert "prune: removed 0 completed" in log, log
     assert [row["status"] for row in await runs_of(database, "minutely")] == ["completed"]

@@ -192,7 +192,18 @@ async def test_health_reports_an_unmigrated_database(empty_database: Database) -
 def test_openapi_is_complete() -> None:
     spec = create_api(App(), token=TOKEN).openapi()
     paths = spec["paths"]
-    assert set(paths) == {"/jobs", "/jobs/{job_id}", "/runs", "/healthz", "/metrics"}
+    assert set(paths) == {
+        "/jobs",
+        "/jobs/{job_id}",
+        "/jobs/{job_id}/retry",
+        "/jobs/{job_id}/cancel",
+        "/queues",
+        "/queues/{name}/pause",
+        "/queues/{name}/resume",
+        "/runs",
+        "/healthz",
+        "/metrics",
+    }
     post = paths["/jobs"]["post"]
     assert {"201", "200", "401", "403", "413", "422"} <= set(post["responses"])
     assert post["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
@@ -210,14 +221,33 @@ def test_openapi_describes_the_bearer_scheme() -> None:
     assert (scheme["bearer"]["type"], scheme["bearer"]["scheme"]) == ("http", "bearer")
     operations = _operations(spec)
     secured = {name for name, op in operations.items() if op.get("security")}
-    assert secured == {"POST /jobs", "GET /jobs/{job_id}", "GET /runs", "GET /metrics"}
+    assert secured == {
+        "POST /jobs",
+        "GET /jobs",
+        "GET /jobs/{job_id}",
+        "POST /jobs/{job_id}/retry",
+        "POST /jobs/{job_id}/cancel",
+        "DELETE /jobs/{job_id}",
+        "GET /queues",
+        "POST /queues/{name}/pause",
+        "POST /queues/{name}/resume",
+        "GET /runs",
+        "GET /metrics",
+    }
     assert all(operations[name]["security"] == [{"bearer": []}] for name in secured)
     assert all("401" in operations[name]["responses"] for name in secured)
     assert "401" not in operations["GET /healthz"]["responses"]  # public by default
 
     # What is public is documented as such: no scheme at all on an API with no token.
     open_spec = create_api(App(), public="reads,metrics,healthz", token=TOKEN).openapi()
-    assert [op for op, o in _operations(open_spec).items() if o.get("security")] == ["POST /jobs"]
+    assert {op for op, o in _operations(open_spec).items() if o.get("security")} == {
+        "POST /jobs",
+        "POST /jobs/{job_id}/retry",
+        "POST /jobs/{job_id}/cancel",
+        "DELETE /jobs/{job_id}",
+        "POST /queues/{name}/pause",
+        "POST /queues/{name}/resume",
+    }  # every write needs the token, whatever is public
     assert "securitySchemes" not in create_api(App()).openapi().get("components", {})
 
 

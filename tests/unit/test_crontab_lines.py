@@ -15,8 +15,10 @@ from cronlock.cron import parse_timezone
 from cronlock.crontab import CrontabSetup, default_cronlock, has_password, render, same_clock
 
 
-def make_app(zone: str = "UTC", queues: tuple[str, ...] = ()) -> cronlock.App:
-    app = cronlock.App()
+def make_app(
+    zone: str = "UTC", queues: tuple[str, ...] = (), retention: bool = False
+) -> cronlock.App:
+    app = cronlock.App(retention=retention)
 
     async def body(run: cronlock.Run) -> None:
         """Nothing."""
@@ -121,3 +123,16 @@ def test_the_default_command_is_this_environments_cronlock(monkeypatch: pytest.M
     monkeypatch.setattr(sys, "argv", [os.path.join("cronlock", "__main__.py"), "crontab"])
     assert default_cronlock() == shlex.quote(str(script))  # python -m cronlock, same venv
     assert os.path.isabs(shlex.split(default_cronlock())[0])
+
+
+def test_the_builtin_prune_has_a_line_unless_retention_is_off() -> None:
+    out = lines(render(make_app(retention=True), setup()))
+    assert out[-1] == (
+        "17 * * * *  { cd '/srv/my app' && /srv/venv/bin/cronlock --app myapp prune; } "
+        ">> /var/log/cronlock/cron.log 2>&1"
+    )
+    app = cronlock.App(retention=cronlock.Retention(cron="0 4 * * *"))
+    assert lines(render(app, setup()))[-1].startswith("0 4 * * *  {")
+    assert not any(" prune;" in line for line in lines(render(make_app(), setup())))
+    chosen = render(make_app(retention=True), setup(tasks=("often",)))
+    assert not any(" prune;" in line for line in lines(chosen))

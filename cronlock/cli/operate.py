@@ -1,0 +1,251 @@
+"""Operating the queue from the shell: ``jobs list|show|retry|cancel|delete`` and
+``queue list|pause|resume`` (``App.list_jobs``, ``App.retry_job``, ``App.pause_queue``, …).
+
+Every command takes ``--json`` (one JSON object on stdout) and the jobs' filters (``--status``,
+``--queue``, ``--type``, ``--since``, ``--until``). ``retry``, ``cancel`` and ``delete`` act on
+one job (``ID``) or on every job a filter matches; a change by filter says how many jobs it
+would change and asks first, unless ``--yes``.
+
+Exit codes: 0 done (or nothing matched); 1 nothing was changed: the one job is running, not
+found or in a status the verb does not act on, or the question was answered no (or could not
+be asked); 2 usage or configuration error (one line, nothing changed); 3 partial: a change by
+filter left some matching jobs alone (running now, or their dedup key is held), the rest done.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import click
+
+from ..app import App
+from ..errors import InvalidJobOption
+from ..outcome import JobStatus
+from ..queue.operate import JobChange, JobsChanged
+from . import render
+from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, Options, exit_with, pass_options, run
+
+__all__ = ["jobs_group", "queue_group"]
+
+
+def _moment(option: str, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidJobOption(f"{option}: not an ISO 8601 time: {value!r}") from None
+    if moment.tzinfo is None:
+        raise InvalidJobOption(f"{option}: give a timezone (e.g. {value}+00:00 or {value}Z)")
+    return moment
+
+
+def _filters(command: Callable[..., Any]) -> Callable[..., Any]:
+    statuses = click.Choice([status.value for status in JobStatus])
+    for option in reversed(
+        [
+            click.option("--status", "statuses", multiple=True, type=statuses, help="Repeatable."),
+            click.option("--queue", help="Only this queue."),
+            click.option("--type", "job_type", help="Only this job type."),
+            click.option("--since", help="Created at or after this time (ISO 8601, with zone)."),
+            click.option("--until", help="Created before this time (ISO 8601, with zone)."),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _filter(
+    statuses: tuple[str, ...],
+    queue: str | None,
+    job_type: str | None,
+    since: str | None,
+    until: str | None,
+) -> dict[str, Any]:
+    return {
+        "status": list(statuses) or None,
+        "queue": queue,
+        "job_type": job_type,
+        "created_after": _moment("--since", since),
+        "created_before": _moment("--until", until),
+    }
+
+
+def _has_filter(given: dict[str, Any]) -> bool:
+    return any(value is not None for value in given.values())
+
+
+@click.group("jobs")
+def jobs_group() -> None:
+    """Find jobs and act on them: list, show, retry, cancel, delete."""
+
+
+@jobs_group.command("list")
+@_filters
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--cursor", help="The next page: the cursor the previous page printed.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_options
+def list_jobs(
+    options: Options,
+    statuses: tuple[str, ...],
+    queue: str | None,
+    job_type: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """Jobs newest first, a page at a time (--cursor for the next)."""
+    given = _filter(statuses, queue, job_type, since, until)
+    app = options.load_app()
+    options.database(app)
+    page = run(lambda: app.list_jobs(**given, limit=limit, cursor=cursor), app)
+    if as_json:
+        click.echo(json.dumps(page.to_dict()))
+        return
+    for line in render.job_table(page):
+        click.echo(line)
+
+
+@jobs_group.command("show")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_options
+def show_job(options: Options, job_id: str, as_json: bool) -> None:
+    """One job: its status, payload, result, retries and error history. Exit 1 if none."""
+    app = options.load_app()
+    options.database(app)
+    job = run(lambda: app.get_job(job_id), app)
+    if job is None:
+        if as_json:
+            click.echo(json.dumps({"id": job_id, "found": False}))
+        else:
+            click.echo(f"no job {job_id}", err=True)
+        exit_with(EXIT_FAILED)
+    if as_json:
+        click.echo(json.dumps(job.to_dict()))
+        return
+    for line in render.job_lines(job):
+        click.echo(line)
+
+
+def _change(verb: str, one: Callable[[App, str], Any], many: Callable[..., Any]) -> Any:
+    @jobs_group.command(verb)
+    @click.argument("job_id", required=False)
+    @_filters
+    @click.option("--yes", "-y", is_flag=True, help="Change every matching job without asking.")
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @pass_options
+    def command(
+        options: Options,
+        job_id: str | None,
+        statuses: tuple[str, ...],
+        queue: str | None,
+        job_type: str | None,
+        since: str | None,
+        until: str | None,
+        yes: bool,
+        as_json: bool,
+    ) -> None:
+        given = _filter(statuses, queue, job_type, since, until)
+        if job_id is not None and _has_filter(given):
+            raise InvalidJobOption(f"give a job id or filters to {verb}, not both")
+        app = options.load_app()
+        options.database(app)
+        if job_id is not None:
+            change: JobChange = run(lambda: one(app, job_id), app)
+            if as_json:
+                click.echo(json.dumps(change.to_dict()))
+            else:
+                click.echo(render.job_change(change))
+            exit_with(EXIT_OK if change.changed else EXIT_FAILED)
+
+        async def go() -> tuple[int, JobsChanged | None]:
+            matching = await app.count_jobs(**given, verb=verb)
+            if matching == 0 or not (yes or _confirm(verb, matching)):
+                return matching, None
+            return matching, await many(app, **given)
+
+        matching, done = run(go, app)
+        if done is None:
+            if as_json:
+                click.echo(json.dumps({"verb": verb, "matched": matching, "changed": 0}))
+            else:
+                click.echo(render.nothing_changed(verb, matching))
+            exit_with(EXIT_OK if matching == 0 else EXIT_FAILED)
+        if as_json:
+            click.echo(json.dumps(done.to_dict()))
+        else:
+            click.echo(render.jobs_changed(done))
+        exit_with(EXIT_PARTIAL if done.changed < done.matched else EXIT_OK)
+
+    return command
+
+
+def _confirm(verb: str, matching: int) -> bool:
+    try:
+        return click.confirm(f"{verb} {matching:,} job(s)?", default=False, err=True)
+    except click.Abort:  # no terminal, no answer: nothing is changed
+        click.echo("", err=True)
+        return False
+
+
+retry = _change("retry", lambda app, job_id: app.retry_job(job_id), App.retry_jobs)
+retry.__doc__ = """Make failed (or retrying) jobs due now, their history kept: ID, or every
+    failed and retrying job the filters match (asks first unless --yes)."""
+retry.help = retry.__doc__
+cancel = _change("cancel", lambda app, job_id: app.cancel_job(job_id), App.cancel_jobs)
+cancel.help = """Cancel waiting jobs, which then never run: ID, or every pending and retrying
+    job the filters match (asks first unless --yes). A running job is reported, not changed."""
+delete = _change("delete", lambda app, job_id: app.delete_job(job_id), App.delete_jobs)
+delete.help = """Delete finished jobs (completed, failed, cancelled): ID, or every finished job
+    the filters match (asks first unless --yes)."""
+
+
+@click.group("queue")
+def queue_group() -> None:
+    """Queue control for every drainer on every host: list, pause, resume."""
+
+
+@queue_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_options
+def list_queues(options: Options, as_json: bool) -> None:
+    """Queues: jobs by status, due, drainers, paused, unserved."""
+    app = options.load_app()
+    options.database(app)
+    found = run(app.queues, app)
+    if as_json:
+        click.echo(json.dumps({"queues": [queue.to_dict() for queue in found]}))
+        return
+    for line in render.queue_table(found):
+        click.echo(line)
+
+
+def _pause_command(name: str, pause: bool) -> Any:
+    @queue_group.command(name)
+    @click.argument("queue")
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @pass_options
+    def command(options: Options, queue: str, as_json: bool) -> None:
+        app = options.load_app()
+        options.database(app)
+        state = run(lambda: app.pause_queue(queue) if pause else app.resume_queue(queue), app)
+        if as_json:
+            click.echo(json.dumps(state.to_dict()))
+        else:
+            click.echo(render.queue_state(state))
+
+    return command
+
+
+pause = _pause_command("pause", True)
+pause.help = """Pause QUEUE: its drainers, on every host, finish what they hold and claim
+    nothing until it is resumed."""
+resume = _pause_command("resume", False)
+resume.help = """Resume QUEUE: its drainers are woken at once and claim again."""
