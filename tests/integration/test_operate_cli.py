@@ -1,0 +1,214 @@
+"""Operating the queue from the shell: cronlock jobs …, queue …, prune; JSON, exit codes, the
+confirmation of bulk changes, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cli import ROOT, cli_env, cronlock_command, run_cli
+from jobsupport import job_app, job_rows
+from sqlalchemy import insert
+
+from cronlock import Database
+from cronlock.sql.tables import jobs
+
+APP = ("--app", "testapps.jobs")
+
+
+def cli(
+    *args: str, database_url: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The command with ``stdin`` as its input (None: no input at all, as under cron)."""
+    return subprocess.run(
+        cronlock_command(*APP, *args),
+        cwd=ROOT,
+        env=cli_env(database_url),
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def as_json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.stdout.count("\n") == 1, done.stdout
+    return json.loads(done.stdout)
+
+
+async def _failed(database: Database, count: int, **values: Any) -> None:
+    async with database.engine.begin() as conn:
+        await conn.execute(
+            insert(jobs),
+            [
+                {
+                    "job_type": "noop",
+                    "payload": {"n": n},
+                    "status": "failed",
+                    "error_message": "ValueError: boom",
+                    "completed_at": datetime.now(UTC),
+                    **values,
+                }
+                for n in range(count)
+            ],
+        )
+
+
+async def test_list_show_and_pages(database: Database, database_url: str) -> None:
+    async with job_app(database) as app:
+        ids = [str((await app.enqueue(app.database, "noop", {"n": n})).id) for n in range(3)]
+    page = as_json(cli("jobs", "list", "--limit", "2", "--json", database_url=database_url))
+    assert [j["id"] for j in page["jobs"]] == [ids[2], ids[1]] and page["next_cursor"]
+    rest = cli("jobs", "list", "--json", "--cursor", page["next_cursor"], database_url=database_url)
+    assert [j["id"] for j in as_json(rest)["jobs"]] == [ids[0]]
+    text = cli("jobs", "list", "--status", "pending", "--type", "noop", database_url=database_url)
+    assert text.returncode == 0 and text.stdout.splitlines()[0].startswith("ID")
+    assert len(text.stdout.splitlines()) == 4
+    none = cli("jobs", "list", "--status", "failed", database_url=database_url)
+    assert none.stdout.strip() == "no jobs match"
+
+    shown = as_json(cli("jobs", "show", ids[0], "--json", database_url=database_url))
+    assert (shown["id"], shown["status"], shown["payload"]) == (ids[0], "pending", {"n": 0})
+    assert "status      pending" in cli("jobs", "show", ids[0], database_url=database_url).stdout
+    missing = cli("jobs", "show", "00000000-0000-0000-0000-000000000001", database_url=database_url)
+    assert missing.returncode == 1 and "no job" in missing.stderr
+
+
+async def test_one_job_exit_codes(database: Database, database_url: str) -> None:
+    async with job_app(database) as app:
+        job_id = str((await app.enqueue(app.database, "noop", {})).id)
+    cancelled = cli("jobs", "cancel", job_id, "--json", database_url=database_url)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert as_json(cancelled)["outcome"] == "cancelled"
+    again = cli("jobs", "cancel", job_id, database_url=database_url)
+    assert again.returncode == 1 and "wrong_status" in again.stdout
+    retried = cli("jobs", "retry", job_id, database_url=database_url)
+    assert retried.returncode == 1
+    deleted = cli("jobs", "delete", job_id, "--json", database_url=database_url)
+    assert (deleted.returncode, as_json(deleted)["outcome"]) == (0, "deleted")
+    assert await job_rows(database) == []
+
+
+async def test_bulk_changes_ask_first(database: Database, database_url: str) -> None:
+    async with job_app(database):
+        pass
+    await _failed(database, 3)
+    # No terminal and no answer (cron): nothing changes, exit 1.
+    refused = cli("jobs", "retry", "--status", "failed", database_url=database_url)
+    assert refused.returncode == 1, refused.stderr
+    assert "retry 3 job(s)?" in refused.stderr and "nothing changed" in refused.stdout
+    said_no = cli("jobs", "retry", database_url=database_url, stdin="n\n")
+    assert said_no.returncode == 1
+    assert {r["status"] for r in await job_rows(database)} == {"failed"}
+    said_yes = cli("jobs", "retry", "--json", database_url=database_url, stdin="y\n")
+    assert said_yes.returncode == 0, said_yes.stderr
+    assert as_json(said_yes) == {"verb": "retry", "matched": 3, "changed": 3, "unchanged": {}}
+    cancelled = cli("jobs", "cancel", "--queue", "default", "--yes", database_url=database_url)
+    assert cancelled.returncode == 0 and "3 of 3 job(s) cancelled" in cancelled.stdout
+    nothing = cli("jobs", "cancel", "--yes", "--json", database_url=database_url)
+    assert nothing.returncode == 0 and as_json(nothing)["matched"] == 0
+    gone = cli("jobs", "delete", "--status", "cancelled", "--yes", database_url=database_url)
+    assert gone.returncode == 0 and await job_rows(database) == []
+
+
+async def test_a_bulk_change_that_leaves_some_alone_exits_3(
+    database: Database, database_url: str
+) -> None:
+    async with job_app(database):
+        pass
+    await _failed(database, 2, dedup_key="same")
+    done = cli("jobs", "retry", "--yes", "--json", database_url=database_url)
+    assert done.returncode == 3, done.stderr
+    report = as_json(done)
+    assert (report["changed"], report["unchanged"]) == (1, {"dedup_key_held": 1})
+
+
+async def test_bad_input_is_one_line_and_exit_2(database: Database, database_url: str) -> None:
+    async with job_app(database):
+        pass
+    for args in (
+        ("jobs", "list", "--status", "lost"),
+        ("jobs", "list", "--since", "yesterday"),
+        ("jobs", "list", "--since", "2026-01-01T00:00:00"),
+        ("jobs", "list", "--cursor", "nope"),
+        ("jobs", "show", "not-an-id"),
+        ("jobs", "retry", "00000000-0000-0000-0000-000000000001", "--queue", "q"),
+        ("jobs", "delete", "--status", "pending", "--yes"),
+        ("queue", "pause", "x" * 201),
+        ("enqueue", "nope", "{}"),
+    ):
+        done = cli(*args, database_url=database_url)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert done.stderr.strip().splitlines()[-1].startswith("Error: "), done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+async def test_queue_pause_resume_list(database: Database, database_url: str) -> None:
+    async with job_app(database) as app:
+        await app.enqueue(app.database, "noop", {})
+    paused = cli("queue", "pause", "default", "--json", database_url=database_url)
+    assert paused.returncode == 0, paused.stderr
+    assert as_json(paused)["paused"] is True and as_json(paused)["changed"] is True
+    assert "already was" in cli("queue", "pause", "default", database_url=database_url).stdout
+    drained = run_cli(*APP, "drain", "--json", database_url=database_url)
+    assert json.loads(drained.stdout)["processed"] == 0  # paused: nothing claimed
+    listed = as_json(cli("queue", "list", "--json", database_url=database_url))
+    [queue] = [q for q in listed["queues"] if q["queue"] == "default"]
+    assert queue["paused"] and queue["counts"] == {"pending": 1} and queue["handled_here"]
+    assert "paused" in cli("queue", "list", database_url=database_url).stdout
+    status = run_cli(*APP, "status", database_url=database_url)
+    assert "PAUSED since" in status.stdout
+    resumed = cli("queue", "resume", "default", "--json", database_url=database_url)
+    assert as_json(resumed)["paused"] is False
+    drained = run_cli(*APP, "drain", "--json", database_url=database_url)
+    assert json.loads(drained.stdout)["processed"] == 1
+
+
+async def test_prune_by_hand_says_what_it_removed(database: Database, database_url: str) -> None:
+    async with job_app(database):
+        pass
+    old = datetime.now(UTC) - timedelta(days=40)
+    await _failed(database, 2, completed_at=old)
+    async with database.engine.begin() as conn:
+        await conn.execute(
+            insert(jobs).values(job_type="noop", payload={}, status="completed", completed_at=old)
+        )
+    dry = cli("prune", "--dry-run", "--json", database_url=database_url)
+    assert dry.returncode == 0, dry.stderr
+    report = as_json(dry)
+    assert (report["dry_run"], report["completed_jobs"], report["failed_jobs"]) == (True, 1, 2)
+    assert len(await job_rows(database)) == 3
+    done = cli("prune", database_url=database_url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("prune: removed 1 completed, 2 failed and 0 cancelled job(s)")
+    assert await job_rows(database) == []
+    again = run_cli(*APP, "run", "prune", "--json", database_url=database_url)
+    assert again.returncode == 0 and json.loads(again.stdout)["completed_jobs"] == 0
+
+
+def test_list_and_crontab_show_the_builtin_prune() -> None:
+    listed = run_cli(*APP, "list", "--json", database_url=None)
+    assert listed.returncode == 0, listed.stderr
+    [prune] = json.loads(listed.stdout)["builtin"]
+    assert (prune["name"], prune["cron"]) == ("prune", "17 * * * *")
+    assert prune["retention"]["completed_s"] == 7 * 86400
+    assert prune["retention"]["failed_s"] == 30 * 86400
+    text = run_cli(*APP, "list", database_url=None)
+    assert "prune (17 * * * * UTC; next " in text.stdout
+    assert "completed jobs after 7 d, failed and cancelled after 30 d" in text.stdout
+
+
+async def test_enqueue_an_unknown_type_only_when_allowed(
+    database: Database, database_url: str
+) -> None:
+    async with job_app(database):
+        pass
+    done = run_cli(*APP, "enqueue", "elsewhere", "{}", "--allow-unknown", database_url=database_url)
+    assert done.returncode == 0, done.stderr
+    assert "has no handler or declaration in this app" in done.stderr
+    [row] = await job_rows(database)
+    assert (row["job_type"], row["queue"]) == ("elsewhere", "default")
