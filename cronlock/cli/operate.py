@@ -80,7 +80,11 @@ def _has_filter(given: dict[str, Any]) -> bool:
 
 @click.group("jobs")
 def jobs_group() -> None:
-    """Find jobs and act on them: list, show, retry, cancel, delete."""
+    """Find jobs and act on them: list, show, retry, cancel, delete.
+
+    Exit codes: 0 done (or nothing matched), 1 nothing changed (the job is running, not
+    found or in the wrong status; a bulk change not confirmed), 2 usage error, 3 partial (a
+    change by filter left some matching jobs alone)."""
 
 
 @jobs_group.command("list")
@@ -196,9 +200,8 @@ def _confirm(verb: str, matching: int) -> bool:
 
 
 retry = _change("retry", lambda app, job_id: app.retry_job(job_id), App.retry_jobs)
-retry.__doc__ = """Make failed (or retrying) jobs due now, their history kept: ID, or every
+retry.help = """Make failed (or retrying) jobs due now, their history kept: ID, or every
     failed and retrying job the filters match (asks first unless --yes)."""
-retry.help = retry.__doc__
 cancel = _change("cancel", lambda app, job_id: app.cancel_job(job_id), App.cancel_jobs)
 cancel.help = """Cancel waiting jobs, which then never run: ID, or every pending and retrying
     job the filters match (asks first unless --yes). A running job is reported, not changed."""

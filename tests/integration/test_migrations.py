@@ -56,3 +56,20 @@ async def test_custom_schema(empty_database: Database) -> None:
         }  # nothing leaked into the default schema
     finally:
         await other.dispose()
+
+
+async def test_downgrade_below_0004_keeps_cancelled_jobs_as_failed(database: Database) -> None:
+    from sqlalchemy import insert, select
+
+    from cronlock.sql.tables import jobs
+
+    async with database.engine.begin() as conn:
+        await conn.execute(
+            insert(jobs).values(job_type="noop", payload={}, status="cancelled", completed_at=None)
+        )
+    await schema.downgrade(database, "0003")
+    async with database.connect() as conn:
+        row = (await conn.execute(select(jobs.c.status, jobs.c.error_message))).one()
+    assert tuple(row) == ("failed", "cancelled")
+    await schema.upgrade(database)
+    assert await schema.current_revision(database) == schema.head_revision()
