@@ -212,3 +212,40 @@ async def test_enqueue_an_unknown_type_only_when_allowed(
     assert "has no handler or declaration in this app" in done.stderr
     [row] = await job_rows(database)
     assert (row["job_type"], row["queue"]) == ("elsewhere", "default")
+
+
+async def test_cancel_of_a_job_a_worker_is_running_exits_1(
+    database: Database, database_url: str, tmp_path: Any
+) -> None:
+    from cli import finish, kill_all, start_cli
+    from waiting import wait_for
+
+    async with job_app(database) as app:
+        job_id = str((await app.enqueue(app.database, "gated", {"n": 1})).id)
+    started, release = tmp_path / "started", tmp_path / "release"
+    gate = {"GATE_STARTED": str(started), "GATE_RELEASE": str(release)}
+    worker = start_cli(*APP, "worker", database_url=database_url, **gate)
+    try:
+        wait_for(started.exists, timeout=30)
+        done = cli("jobs", "cancel", job_id, "--json", database_url=database_url)
+        assert done.returncode == 1, done.stderr
+        assert (as_json(done)["outcome"], as_json(done)["changed"]) == ("running", False)
+        paused = cli("queue", "pause", "default", database_url=database_url)
+        assert paused.returncode == 0
+        release.write_text("go")
+        wait_for(
+            lambda: (
+                cli(
+                    "jobs", "list", "--status", "completed", "--json", database_url=database_url
+                ).stdout.count(job_id)
+                == 1
+            ),
+            timeout=30,
+        )
+        worker.terminate()
+        code, _, stderr = finish(worker)
+        assert code == 0, stderr
+    finally:
+        kill_all(worker)
+    [row] = await job_rows(database)
+    assert row["status"] == "completed"  # it ran once, was not cancelled, nothing processing
