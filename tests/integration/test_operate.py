@@ -36,8 +36,11 @@ async def _fail_for_good(app: App, job_type: str = "always_fail") -> uuid.UUID:
     later = datetime.now(UTC)
     for _ in range(3):
         later += timedelta(hours=2)
-        moment = later
-        await app.drainer(clock=lambda moment=moment: moment).drain()
+
+        def clock(moment: datetime = later) -> datetime:
+            return moment
+
+        await app.drainer(clock=clock).drain()
     return answer.id
 
 

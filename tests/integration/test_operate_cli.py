@@ -3,12 +3,13 @@ confirmation of bulk changes, bad input."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from cli import ROOT, cli_env, cronlock_command, run_cli
+from cli import ROOT, cli_env, cronlock_command, invoke, invoke_async, run_cli
 from jobsupport import job_app, job_rows
 from sqlalchemy import insert
 
@@ -18,16 +19,19 @@ from cronlock.sql.tables import jobs
 APP = ("--app", "testapps.jobs")
 
 
-def cli(
+async def cli(
     *args: str, database_url: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The command with ``stdin`` as its input (None: no input at all, as under cron)."""
-    return subprocess.run(
+    """The command, in this process; with ``stdin`` as its input, in a process of its own
+    (without: no input at all, as under cron)."""
+    if stdin is None:
+        return await invoke_async(*APP, *args, database_url=database_url)
+    return await asyncio.to_thread(
+        subprocess.run,
         cronlock_command(*APP, *args),
         cwd=ROOT,
         env=cli_env(database_url),
         input=stdin,
-        stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
         text=True,
         timeout=60,
@@ -61,34 +65,43 @@ async def _failed(database: Database, count: int, **values: Any) -> None:
 async def test_list_show_and_pages(database: Database, database_url: str) -> None:
     async with job_app(database) as app:
         ids = [str((await app.enqueue(app.database, "noop", {"n": n})).id) for n in range(3)]
-    page = as_json(cli("jobs", "list", "--limit", "2", "--json", database_url=database_url))
+    page = as_json(await cli("jobs", "list", "--limit", "2", "--json", database_url=database_url))
     assert [j["id"] for j in page["jobs"]] == [ids[2], ids[1]] and page["next_cursor"]
-    rest = cli("jobs", "list", "--json", "--cursor", page["next_cursor"], database_url=database_url)
+    rest = await cli(
+        "jobs", "list", "--json", "--cursor", page["next_cursor"], database_url=database_url
+    )
     assert [j["id"] for j in as_json(rest)["jobs"]] == [ids[0]]
-    text = cli("jobs", "list", "--status", "pending", "--type", "noop", database_url=database_url)
+    text = await cli(
+        "jobs", "list", "--status", "pending", "--type", "noop", database_url=database_url
+    )
     assert text.returncode == 0 and text.stdout.splitlines()[0].startswith("ID")
     assert len(text.stdout.splitlines()) == 4
-    none = cli("jobs", "list", "--status", "failed", database_url=database_url)
+    none = await cli("jobs", "list", "--status", "failed", database_url=database_url)
     assert none.stdout.strip() == "no jobs match"
 
-    shown = as_json(cli("jobs", "show", ids[0], "--json", database_url=database_url))
+    shown = as_json(await cli("jobs", "show", ids[0], "--json", database_url=database_url))
     assert (shown["id"], shown["status"], shown["payload"]) == (ids[0], "pending", {"n": 0})
-    assert "status      pending" in cli("jobs", "show", ids[0], database_url=database_url).stdout
-    missing = cli("jobs", "show", "00000000-0000-0000-0000-000000000001", database_url=database_url)
+    assert (
+        "status      pending"
+        in (await cli("jobs", "show", ids[0], database_url=database_url)).stdout
+    )
+    missing = await cli(
+        "jobs", "show", "00000000-0000-0000-0000-000000000001", database_url=database_url
+    )
     assert missing.returncode == 1 and "no job" in missing.stderr
 
 
 async def test_one_job_exit_codes(database: Database, database_url: str) -> None:
     async with job_app(database) as app:
         job_id = str((await app.enqueue(app.database, "noop", {})).id)
-    cancelled = cli("jobs", "cancel", job_id, "--json", database_url=database_url)
+    cancelled = await cli("jobs", "cancel", job_id, "--json", database_url=database_url)
     assert cancelled.returncode == 0, cancelled.stderr
     assert as_json(cancelled)["outcome"] == "cancelled"
-    again = cli("jobs", "cancel", job_id, database_url=database_url)
+    again = await cli("jobs", "cancel", job_id, database_url=database_url)
     assert again.returncode == 1 and "wrong_status" in again.stdout
-    retried = cli("jobs", "retry", job_id, database_url=database_url)
+    retried = await cli("jobs", "retry", job_id, database_url=database_url)
     assert retried.returncode == 1
-    deleted = cli("jobs", "delete", job_id, "--json", database_url=database_url)
+    deleted = await cli("jobs", "delete", job_id, "--json", database_url=database_url)
     assert (deleted.returncode, as_json(deleted)["outcome"]) == (0, "deleted")
     assert await job_rows(database) == []
 
@@ -98,20 +111,22 @@ async def test_bulk_changes_ask_first(database: Database, database_url: str) -> 
         pass
     await _failed(database, 3)
     # No terminal and no answer (cron): nothing changes, exit 1.
-    refused = cli("jobs", "retry", "--status", "failed", database_url=database_url)
+    refused = await cli("jobs", "retry", "--status", "failed", database_url=database_url)
     assert refused.returncode == 1, refused.stderr
     assert "retry 3 job(s)?" in refused.stderr and "nothing changed" in refused.stdout
-    said_no = cli("jobs", "retry", database_url=database_url, stdin="n\n")
+    said_no = await cli("jobs", "retry", database_url=database_url, stdin="n\n")
     assert said_no.returncode == 1
     assert {r["status"] for r in await job_rows(database)} == {"failed"}
-    said_yes = cli("jobs", "retry", "--json", database_url=database_url, stdin="y\n")
+    said_yes = await cli("jobs", "retry", "--json", database_url=database_url, stdin="y\n")
     assert said_yes.returncode == 0, said_yes.stderr
     assert as_json(said_yes) == {"verb": "retry", "matched": 3, "changed": 3, "unchanged": {}}
-    cancelled = cli("jobs", "cancel", "--queue", "default", "--yes", database_url=database_url)
+    cancelled = await cli(
+        "jobs", "cancel", "--queue", "default", "--yes", database_url=database_url
+    )
     assert cancelled.returncode == 0 and "3 of 3 job(s) cancelled" in cancelled.stdout
-    nothing = cli("jobs", "cancel", "--yes", "--json", database_url=database_url)
+    nothing = await cli("jobs", "cancel", "--yes", "--json", database_url=database_url)
     assert nothing.returncode == 0 and as_json(nothing)["matched"] == 0
-    gone = cli("jobs", "delete", "--status", "cancelled", "--yes", database_url=database_url)
+    gone = await cli("jobs", "delete", "--status", "cancelled", "--yes", database_url=database_url)
     assert gone.returncode == 0 and await job_rows(database) == []
 
 
@@ -121,7 +136,7 @@ async def test_a_bulk_change_that_leaves_some_alone_exits_3(
     async with job_app(database):
         pass
     await _failed(database, 2, dedup_key="same")
-    done = cli("jobs", "retry", "--yes", "--json", database_url=database_url)
+    done = await cli("jobs", "retry", "--yes", "--json", database_url=database_url)
     assert done.returncode == 3, done.stderr
     report = as_json(done)
     assert (report["changed"], report["unchanged"]) == (1, {"dedup_key_held": 1})
@@ -141,7 +156,7 @@ async def test_bad_input_is_one_line_and_exit_2(database: Database, database_url
         ("queue", "pause", "x" * 201),
         ("enqueue", "nope", "{}"),
     ):
-        done = cli(*args, database_url=database_url)
+        done = await cli(*args, database_url=database_url)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert done.stderr.strip().splitlines()[-1].startswith("Error: "), done.stderr
         assert "Traceback" not in done.stderr and done.stdout == ""
@@ -150,19 +165,21 @@ async def test_bad_input_is_one_line_and_exit_2(database: Database, database_url
 async def test_queue_pause_resume_list(database: Database, database_url: str) -> None:
     async with job_app(database) as app:
         await app.enqueue(app.database, "noop", {})
-    paused = cli("queue", "pause", "default", "--json", database_url=database_url)
+    paused = await cli("queue", "pause", "default", "--json", database_url=database_url)
     assert paused.returncode == 0, paused.stderr
     assert as_json(paused)["paused"] is True and as_json(paused)["changed"] is True
-    assert "already was" in cli("queue", "pause", "default", database_url=database_url).stdout
+    assert (
+        "already was" in (await cli("queue", "pause", "default", database_url=database_url)).stdout
+    )
     drained = run_cli(*APP, "drain", "--json", database_url=database_url)
     assert json.loads(drained.stdout)["processed"] == 0  # paused: nothing claimed
-    listed = as_json(cli("queue", "list", "--json", database_url=database_url))
+    listed = as_json(await cli("queue", "list", "--json", database_url=database_url))
     [queue] = [q for q in listed["queues"] if q["queue"] == "default"]
     assert queue["paused"] and queue["counts"] == {"pending": 1} and queue["handled_here"]
-    assert "paused" in cli("queue", "list", database_url=database_url).stdout
-    status = run_cli(*APP, "status", database_url=database_url)
+    assert "paused" in (await cli("queue", "list", database_url=database_url)).stdout
+    status = await invoke_async(*APP, "status", database_url=database_url)
     assert "PAUSED since" in status.stdout
-    resumed = cli("queue", "resume", "default", "--json", database_url=database_url)
+    resumed = await cli("queue", "resume", "default", "--json", database_url=database_url)
     assert as_json(resumed)["paused"] is False
     drained = run_cli(*APP, "drain", "--json", database_url=database_url)
     assert json.loads(drained.stdout)["processed"] == 1
@@ -177,27 +194,27 @@ async def test_prune_by_hand_says_what_it_removed(database: Database, database_u
         await conn.execute(
             insert(jobs).values(job_type="noop", payload={}, status="completed", completed_at=old)
         )
-    dry = cli("prune", "--dry-run", "--json", database_url=database_url)
+    dry = await cli("prune", "--dry-run", "--json", database_url=database_url)
     assert dry.returncode == 0, dry.stderr
     report = as_json(dry)
     assert (report["dry_run"], report["completed_jobs"], report["failed_jobs"]) == (True, 1, 2)
     assert len(await job_rows(database)) == 3
-    done = cli("prune", database_url=database_url)
+    done = await cli("prune", database_url=database_url)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("prune: removed 1 completed, 2 failed and 0 cancelled job(s)")
     assert await job_rows(database) == []
-    again = run_cli(*APP, "run", "prune", "--json", database_url=database_url)
+    again = await invoke_async(*APP, "run", "prune", "--json", database_url=database_url)
     assert again.returncode == 0 and json.loads(again.stdout)["completed_jobs"] == 0
 
 
 def test_list_and_crontab_show_the_builtin_prune() -> None:
-    listed = run_cli(*APP, "list", "--json", database_url=None)
+    listed = invoke(*APP, "list", "--json", database_url=None)
     assert listed.returncode == 0, listed.stderr
     [prune] = json.loads(listed.stdout)["builtin"]
     assert (prune["name"], prune["cron"]) == ("prune", "17 * * * *")
     assert prune["retention"]["completed_s"] == 7 * 86400
     assert prune["retention"]["failed_s"] == 30 * 86400
-    text = run_cli(*APP, "list", database_url=None)
+    text = invoke(*APP, "list", database_url=None)
     assert "prune (17 * * * * UTC; next " in text.stdout
     assert "completed jobs after 7 d, failed and cancelled after 30 d" in text.stdout
 
@@ -207,7 +224,9 @@ async def test_enqueue_an_unknown_type_only_when_allowed(
 ) -> None:
     async with job_app(database):
         pass
-    done = run_cli(*APP, "enqueue", "elsewhere", "{}", "--allow-unknown", database_url=database_url)
+    done = await invoke_async(
+        *APP, "enqueue", "elsewhere", "{}", "--allow-unknown", database_url=database_url
+    )
     assert done.returncode == 0, done.stderr
     assert "has no handler or declaration in this app" in done.stderr
     [row] = await job_rows(database)
@@ -218,7 +237,7 @@ async def test_cancel_of_a_job_a_worker_is_running_exits_1(
     database: Database, database_url: str, tmp_path: Any
 ) -> None:
     from cli import finish, kill_all, start_cli
-    from waiting import wait_for
+    from waiting import eventually, wait_for
 
     async with job_app(database) as app:
         job_id = str((await app.enqueue(app.database, "gated", {"n": 1})).id)
@@ -227,21 +246,13 @@ async def test_cancel_of_a_job_a_worker_is_running_exits_1(
     worker = start_cli(*APP, "worker", database_url=database_url, **gate)
     try:
         wait_for(started.exists, timeout=30)
-        done = cli("jobs", "cancel", job_id, "--json", database_url=database_url)
+        done = await cli("jobs", "cancel", job_id, "--json", database_url=database_url)
         assert done.returncode == 1, done.stderr
         assert (as_json(done)["outcome"], as_json(done)["changed"]) == ("running", False)
-        paused = cli("queue", "pause", "default", database_url=database_url)
+        paused = await cli("queue", "pause", "default", database_url=database_url)
         assert paused.returncode == 0
         release.write_text("go")
-        wait_for(
-            lambda: (
-                cli(
-                    "jobs", "list", "--status", "completed", "--json", database_url=database_url
-                ).stdout.count(job_id)
-                == 1
-            ),
-            timeout=30,
-        )
+        await eventually(lambda: _completed(database, 1), timeout=30)
         worker.terminate()
         code, _, stderr = finish(worker)
         assert code == 0, stderr
@@ -249,3 +260,7 @@ async def test_cancel_of_a_job_a_worker_is_running_exits_1(
         kill_all(worker)
     [row] = await job_rows(database)
     assert row["status"] == "completed"  # it ran once, was not cancelled, nothing processing
+
+
+async def _completed(database: Database, count: int) -> bool:
+    return len(await job_rows(database, status="completed")) == count

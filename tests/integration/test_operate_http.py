@@ -13,7 +13,6 @@ import httpx
 import pytest
 from jobsupport import job_app, job_rows
 from sqlalchemy import insert
-from testapps import jobs as jobsapp
 from waiting import eventually
 
 from cronlock import App, Database
@@ -127,7 +126,7 @@ async def test_cancel_of_a_running_job_is_409_running(
     monkeypatch.setenv("GATE_STARTED", str(started))
     monkeypatch.setenv("GATE_RELEASE", str(release))
     job_id = await _enqueue(client, "gated", payload={"n": 1})
-    drain = asyncio.create_task(jobsapp.app.drain())
+    drain = asyncio.create_task(app.drain())
     try:
         await eventually(lambda: asyncio.sleep(0, started.exists()))
         answer = await client.post(f"/jobs/{job_id}/cancel", headers=AUTH)

@@ -170,10 +170,10 @@ async def test_retention_per_app_and_off(
 
 
 def test_retention_is_checked_when_declared() -> None:
-    assert Retention(completed=3600).completed == timedelta(hours=1)
+    assert Retention(completed=3600).completed == timedelta(hours=1)  # type: ignore[arg-type]
     for bad in ({"completed": 0}, {"failed": timedelta(days=-1)}, {"batch_size": 0}):
         with pytest.raises(ConfigurationError):
-            Retention(**bad)  # type: ignore[arg-type]
+            Retention(**bad)
     with pytest.raises(InvalidCron):
         Retention(cron="every hour")
 
