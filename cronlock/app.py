@@ -8,21 +8,22 @@ namespace share an advisory lock key.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from . import schema
 from .cron import CronSchedule
-from .database import Database
+from .database import Database, resolve
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -34,6 +35,7 @@ from .errors import (
 from .locks import lock_key, namespace_key
 from .outcome import DrainResult, JobStatus, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
+from .pg import ServerError
 from .queue import control, operate
 from .queue.drainer import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -68,6 +70,29 @@ RESERVED_NAMES = frozenset({"drain", PRUNE_TASK})
 Statuses = JobStatus | str | Iterable[JobStatus | str] | None
 
 Seconds = float | timedelta
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _schema_checked(
+    method: Callable[Concatenate[App, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
+    """An App method whose error says cronlock's schema is missing or behind raises the one
+    line the command line gives (``run `cronlock migrate` ``), not the driver's error. It costs
+    nothing until something fails: no query before the method's own."""
+
+    @functools.wraps(method)
+    async def checked(app: App, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(app, *args, **kwargs)
+        except (DBAPIError, ServerError) as exc:
+            line = schema.schema_missing(app._database, app._schema_of_jobs(), exc)
+            if line is None:
+                raise
+            raise DatabaseUnavailable(line) from None
+
+    return checked
 
 
 def _duration(name: str, option: str, value: Seconds) -> timedelta:
@@ -365,6 +390,7 @@ class App:
         )
         return answer
 
+    @_schema_checked
     async def enqueue_many(
         self,
         executor: AsyncSession | AsyncConnection | Database,
@@ -462,7 +488,9 @@ class App:
         rng: random.Random | None = None,
     ) -> DrainResult:
         """The built-in task ``drain``: process due jobs until none is due (or ``max_seconds``
-        passed); skipped when another drainer is active. The options are ``drainer()``'s."""
+        passed); skipped when another drainer is active. The options are ``drainer()``'s.
+        A database not migrated to head is a ``DatabaseUnavailable``, as on the command line."""
+        await schema.ensure_ready(self.database)
         drainer = self.drainer(
             queue=queue,
             commit_mode=commit_mode,
@@ -487,13 +515,21 @@ class App:
 
     @property
     def database(self) -> Database:
+        """The app's database: the one ``use_database`` gave it, else the one the command line
+        would use (``$CRONLOCK_DATABASE_URL``, else ``database_url``, else the embedded
+        PostgreSQL, which the first use starts; ``$CRONLOCK_SCHEMA``, ``$CRONLOCK_PGBOUNCER``)."""
         if self._database is None:
-            if self.database_url is None:
-                raise DatabaseUnavailable("no database configured for this app")
-            self.use_database(self.database_url)
-        assert self._database is not None
+            resolved = resolve(app_url=self.database_url, app_schema=self.schema)
+            if resolved.server is not None:
+                note = resolved.server.note().removeprefix("cronlock: ")
+                level = logging.WARNING if resolved.server.created else logging.INFO
+                logger.log(level, note, extra={"action": "embedded_database"})
+            return self.use_database(
+                resolved.url, schema=resolved.schema, pgbouncer=resolved.pgbouncer
+            )
         return self._database
 
+    @_schema_checked
     async def run(
         self,
         name: str,
@@ -537,10 +573,12 @@ class App:
 
     # -- operating the queue (README "Operating the queue") -------------------------------
 
+    @_schema_checked
     async def get_job(self, job_id: uuid.UUID | str) -> operate.JobInfo | None:
         """The job with that id, or None."""
         return await operate.get_job(self.database, job_id)
 
+    @_schema_checked
     async def list_jobs(
         self,
         *,
@@ -564,6 +602,7 @@ class App:
         )
         return await operate.list_jobs(self.database, where, limit=limit, cursor=cursor)
 
+    @_schema_checked
     async def count_jobs(
         self,
         *,
@@ -586,12 +625,14 @@ class App:
         chosen = None if verb is None else _verb(verb)
         return await operate.count_jobs(self.database, where, chosen)
 
+    @_schema_checked
     async def retry_job(self, job_id: uuid.UUID | str) -> operate.JobChange:
         """Make a failed job, or a retrying one not yet due, due now (its error history kept;
         a failed job gets one more attempt). A job a drainer holds right now is reported
         ``running`` and left alone."""
         return await operate.change_job(self.database, operate.Verb.RETRY, job_id)
 
+    @_schema_checked
     async def retry_jobs(
         self,
         *,
@@ -612,11 +653,13 @@ class App:
         )
         return await operate.change_jobs(self.database, operate.Verb.RETRY, where)
 
+    @_schema_checked
     async def cancel_job(self, job_id: uuid.UUID | str) -> operate.JobChange:
         """Cancel a waiting job: it becomes ``cancelled`` and never runs. A job a drainer
         holds right now is reported ``running``, not cancelled (its attempt ends as it ends)."""
         return await operate.change_job(self.database, operate.Verb.CANCEL, job_id)
 
+    @_schema_checked
     async def cancel_jobs(
         self,
         *,
@@ -636,10 +679,12 @@ class App:
         )
         return await operate.change_jobs(self.database, operate.Verb.CANCEL, where)
 
+    @_schema_checked
     async def delete_job(self, job_id: uuid.UUID | str) -> operate.JobChange:
         """Delete a finished job (completed, failed or cancelled); a waiting one is not."""
         return await operate.change_job(self.database, operate.Verb.DELETE, job_id)
 
+    @_schema_checked
     async def delete_jobs(
         self,
         *,
@@ -659,21 +704,25 @@ class App:
         )
         return await operate.change_jobs(self.database, operate.Verb.DELETE, where)
 
+    @_schema_checked
     async def pause_queue(self, queue: str) -> control.QueueState:
         """Pause ``queue`` for every drainer on every host: from the commit on they claim
         nothing; what they hold (a batch in flight) they finish."""
         return await control.pause_queue(self.database, queue)
 
+    @_schema_checked
     async def resume_queue(self, queue: str) -> control.QueueState:
         """Resume ``queue``: its drainers are woken by a notification and claim again."""
         return await control.resume_queue(self.database, queue)
 
+    @_schema_checked
     async def queues(self) -> list[control.QueueInfo]:
         """Every queue the tables or this app know of: counts, due jobs, drainers, paused,
         unserved (``cronlock queue list``)."""
         here = {defaults.queue for defaults in self.job_types.values()}
         return await control.list_queues(self.database, here)
 
+    @_schema_checked
     async def prune(self, *, dry_run: bool = False, now: datetime | None = None) -> PruneResult:
         """The built-in task ``prune`` now: delete what ``retention`` no longer keeps
         (``dry_run``: count it only). A ``ConfigurationError`` when retention is off."""

@@ -3,13 +3,21 @@
 Accepts the URLs people already have (``postgres://``, ``postgresql://``) as well as
 SQLAlchemy's ``postgresql+asyncpg://`` and always drives asyncpg. The schema holding
 cronlock's tables is applied with ``schema_translate_map``, never by formatting SQL.
+
+``resolve`` is the one answer to "which database" for every entry point, the command line and
+the Python API alike: the URL given (``--database-url``), else ``$CRONLOCK_DATABASE_URL``, else
+the App's own ``database_url``, else the embedded PostgreSQL (started, and created the first
+time); the schema and the PgBouncer flag likewise (``$CRONLOCK_SCHEMA``,
+``$CRONLOCK_PGBOUNCER``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 from uuid import uuid4
@@ -18,11 +26,27 @@ from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
+from . import embedded
 from .errors import ConfigurationError
 from .pg import QuickConnections
 from .sql.tables import SCHEMA
 
-__all__ = ["Database", "normalize_url"]
+__all__ = [
+    "DATABASE_URL_ENV",
+    "PGBOUNCER_ENV",
+    "SCHEMA_ENV",
+    "Database",
+    "Resolved",
+    "normalize_url",
+    "resolve",
+]
+
+DATABASE_URL_ENV = "CRONLOCK_DATABASE_URL"
+SCHEMA_ENV = "CRONLOCK_SCHEMA"
+PGBOUNCER_ENV = "CRONLOCK_PGBOUNCER"
+# click's reading of a boolean, so that the command line and Python agree on CRONLOCK_PGBOUNCER.
+_TRUE = {"1", "true", "t", "yes", "y", "on"}
+_FALSE = {"0", "false", "f", "no", "n", "off", ""}
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DRIVERS = {"postgres", "postgresql", "postgresql+asyncpg"}
@@ -43,6 +67,53 @@ def normalize_url(url: str | URL) -> URL:
         )
     query = {_LIBPQ_RENAMES.get(k, k): v for k, v in parsed.query.items()}
     return parsed.set(drivername="postgresql+asyncpg", query=query)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The database an entry point uses, and where that choice came from."""
+
+    url: str
+    schema: str
+    pgbouncer: bool
+    origin: str  # "--database-url", "CRONLOCK_DATABASE_URL", "App(database_url=…)", "embedded"
+    server: embedded.Server | None = None  # the embedded server, when that is the database
+
+
+def resolve(
+    url: str | None = None,
+    *,
+    app_url: str | None = None,
+    schema: str | None = None,
+    app_schema: str = SCHEMA,
+    pgbouncer: bool | None = None,
+) -> Resolved:
+    """Which database: ``url`` given (the command line's ``--database-url``), else
+    ``$CRONLOCK_DATABASE_URL``, else ``app_url`` (``App(database_url=…)``), else the embedded
+    PostgreSQL, started (and created the first time) by this call. The schema is ``schema``,
+    else ``$CRONLOCK_SCHEMA``, else ``app_schema``; ``pgbouncer``, else
+    ``$CRONLOCK_PGBOUNCER``."""
+    schema = schema or os.environ.get(SCHEMA_ENV) or app_schema
+    if pgbouncer is None:
+        pgbouncer = _flag(PGBOUNCER_ENV)
+    for origin, candidate in (
+        ("--database-url", url),
+        (DATABASE_URL_ENV, os.environ.get(DATABASE_URL_ENV)),
+        ("App(database_url=…)", app_url),
+    ):
+        if candidate:
+            return Resolved(candidate, schema, pgbouncer, origin)
+    server = embedded.start()
+    return Resolved(server.url, schema, pgbouncer, "embedded", server)
+
+
+def _flag(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigurationError(f"${name} must be 1 or 0 (true/false, yes/no), not {value!r}")
 
 
 TCP_KEEPALIVE_SETTINGS = {

@@ -90,6 +90,15 @@ class Server:
             "(set CRONLOCK_DATABASE_URL to use your own)"
         )
 
+    def note(self) -> str:
+        """The line a command on this server says: what it created, or where it is."""
+        if self.created:
+            return self.created_line()
+        return (
+            f"cronlock: using the embedded PostgreSQL in {self.directory} "
+            "(set CRONLOCK_DATABASE_URL to use your own)"
+        )
+
 
 @dataclass(frozen=True)
 class State:

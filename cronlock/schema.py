@@ -8,6 +8,7 @@ start from several hosts at once.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from alembic import command
@@ -20,7 +21,18 @@ from . import sql
 from .database import Database
 from .errors import DatabaseUnavailable
 
-__all__ = ["downgrade", "ensure_ready", "head_revision", "migrations_directory", "upgrade"]
+__all__ = [
+    "downgrade",
+    "ensure_ready",
+    "head_revision",
+    "migrations_directory",
+    "schema_missing",
+    "upgrade",
+]
+
+# What PostgreSQL says when a statement names a table, column or function that is not there:
+# cronlock's schema not installed, or older than this cronlock's statements.
+_MISSING_OBJECT_STATES = frozenset({"42P01", "42703", "42883", "3F000"})
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -40,6 +52,7 @@ def _config(database: Database | None = None) -> Config:
     return config
 
 
+@functools.cache
 def head_revision() -> str:
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
@@ -91,6 +104,26 @@ async def ensure_ready(database: Database) -> None:
             f"cronlock's schema is at revision {revision}, this cronlock needs {head}: "
             "run `cronlock migrate`"
         )
+
+
+def schema_missing(database: Database | None, schema_name: str, exc: BaseException) -> str | None:
+    """The one line for ``exc``, an error of one of cronlock's own statements, when it says
+    cronlock's schema is missing or behind (a table, column or function that is not there),
+    else None: what the Python API raises where a command would have checked before it
+    started (``ensure_ready``), without a query of its own on the way."""
+    original = getattr(exc, "orig", None) or exc
+    state = getattr(original, "sqlstate", None)
+    if state is None:
+        cause = original.__cause__
+        state = getattr(cause, "sqlstate", None)
+    if state not in _MISSING_OBJECT_STATES:
+        return None
+    detail = str(original).strip().splitlines()[0] if str(original).strip() else ""
+    where = f" in {database.display_url}" if database is not None else ""
+    return (
+        f"cronlock's schema {schema_name!r} is not installed or not migrated to this "
+        f"cronlock's revision{where} ({detail}): run `cronlock migrate`"
+    )
 
 
 def describe_connection_error(database: Database, exc: BaseException) -> str:

@@ -15,9 +15,8 @@ from typing import NoReturn, TypeVar
 
 import click
 
-from .. import embedded
 from ..app import App
-from ..database import Database
+from ..database import Database, resolve
 from ..loader import load_app
 from ..outcome import DrainResult, RunResult, RunStatus
 from ..sql.tables import SCHEMA
@@ -62,16 +61,22 @@ class Options:
         return load_app(self.app_spec)
 
     def database(self, app: App | None = None) -> Database:
-        """Point ``app`` at the database the options name (without an app: a bare Database)."""
-        url = self.database_url or (app.database_url if app else None)
-        if url is None:
-            server = embedded.start()
-            url = server.url
-            note = server.created_line() if server.created else render.embedded_note(server)
-            click.echo(note, err=True)
+        """Point ``app`` at the database the options name (without an app: a bare Database),
+        resolved as the Python API resolves it (``cronlock.database.resolve``)."""
+        resolved = resolve(
+            self.database_url,
+            app_url=app.database_url if app else None,
+            schema=self.schema,
+            app_schema=app.schema if app else SCHEMA,
+            pgbouncer=self.pgbouncer or None,
+        )
+        if resolved.server is not None:
+            click.echo(render.embedded_note(resolved.server), err=True)
         if app is not None:
-            return app.use_database(url, schema=self.schema, pgbouncer=self.pgbouncer)
-        return Database(url, schema=self.schema or SCHEMA, pgbouncer=self.pgbouncer)
+            return app.use_database(
+                resolved.url, schema=resolved.schema, pgbouncer=resolved.pgbouncer
+            )
+        return Database(resolved.url, schema=resolved.schema, pgbouncer=resolved.pgbouncer)
 
 
 pass_options = click.make_pass_decorator(Options)

@@ -54,11 +54,8 @@ __all__ = [
 
 
 def embedded_note(server: embedded.Server) -> str:
-    """A command on the embedded server that was already there."""
-    return (
-        f"cronlock: using the embedded PostgreSQL in {server.directory} "
-        "(set CRONLOCK_DATABASE_URL to use your own)"
-    )
+    """A command on the embedded server: what it created, or where it is."""
+    return server.note()
 
 
 def embedded_state(state: embedded.State) -> str:

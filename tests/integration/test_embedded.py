@@ -48,6 +48,21 @@ def accounts() -> tuple[bytes, bytes]:
     return Path("/etc/passwd").read_bytes(), Path("/etc/group").read_bytes()
 
 
+PYTHON_ON_THE_DEFAULT = """
+import asyncio, cronlock
+app = cronlock.App()
+@app.job("hello")
+async def hello(session, payload):
+    return None
+async def main():
+    answer = await app.enqueue(app.database, "hello", {"n": 1})
+    result = await app.drain()
+    print(answer.created, result.stats["processed"])
+    await app.aclose()
+asyncio.run(main())
+"""
+
+
 @pytest.fixture
 def home() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="cronlock-home-"))
@@ -89,6 +104,18 @@ def test_embedded_default_under_env_i_changes_no_permission(home: Path, base: Pa
         assert "created" not in again.stderr  # said once, on the start that created it
         assert data.stat().st_uid == pwd.getpwnam(account).pw_uid
         assert (data.stat().st_mode & 0o777) == 0o700
+
+        # The Python API finds the same server, with nothing configured (point 3).
+        python = subprocess.run(
+            [sys.executable, "-c", PYTHON_ON_THE_DEFAULT],
+            cwd=home,
+            env={"HOME": str(home), "PATH": MINIMAL_PATH, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert (python.returncode, python.stdout) == (0, "True 1\n"), python.stderr
 
         status = cronlock(home, "embedded", "status", **env)
         assert status.stdout.startswith(f"running: {data} (pid "), status.stdout
