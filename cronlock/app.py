@@ -203,6 +203,7 @@ class App:
         max_lateness: Seconds | None = None,
         catch_up_limit: int = 10,
         jitter: Seconds = 0,
+        commit_every: int | None = None,
     ) -> Callable[[TaskBody], TaskBody]:
         """Declare a periodic task; the decorated coroutine function receives a ``Run``.
 
@@ -212,8 +213,18 @@ class App:
         ``max_lateness`` is run; ``jitter`` delays the scheduler's firing by up to that many
         seconds, the same delay for a given slot on every host, without changing the slot.
         Durations are seconds or ``timedelta``.
+
+        ``commit_every=N`` makes a run chunked (README "Chunked runs"): it commits every N
+        top-level items, its lock held by a connection of its own, and its row says how far
+        it got; without it a run is one transaction.
         """
         _check_name("task", name)
+        if commit_every is not None and (
+            isinstance(commit_every, bool) or not isinstance(commit_every, int) or commit_every < 1
+        ):
+            raise ConfigurationError(
+                f"task {name!r}: commit_every must be a whole number of items, at least 1"
+            )
         if name in RESERVED_NAMES:
             raise DuplicateName(f"task name {name!r} is reserved for the built-in task")
         if name in self._tasks:
@@ -243,6 +254,7 @@ class App:
                 body=body,
                 description=(body.__doc__ or "").strip().splitlines()[0] if body.__doc__ else "",
                 policy=policy,
+                commit_every=commit_every,
             )
             self._lock_owners[(ns, key)] = name
             return body

@@ -35,18 +35,33 @@ MAX_MESSAGE_LENGTH = 2000
 
 
 class RunStatus(enum.StrEnum):
-    """How a run of a periodic task (or a drain) ended; ``missed`` is a slot nobody ran."""
+    """How a run of a periodic task (or a drain) ended; ``missed`` is a slot nobody ran.
+
+    ``running`` and ``interrupted`` belong to chunked runs only (``commit_every``): a chunked
+    run commits its row ``running`` when it starts and updates it with every chunk; one whose
+    process or lock was lost before its end is found ``interrupted`` (by itself, or by the
+    next run of the task), its committed chunks kept."""
 
     COMPLETED = "completed"
     PARTIAL = "partial"
     FAILED = "failed"
     SKIPPED = "skipped"
     MISSED = "missed"
+    RUNNING = "running"
+    INTERRUPTED = "interrupted"
 
 
-# A slot is claimed by the row of the run that did (or tried and rolled back) its work, or by
-# the row saying nobody did: at most one such row per (task, slot). Skips never claim.
-RUN_CLAIMING_STATUSES = (RunStatus.COMPLETED, RunStatus.PARTIAL, RunStatus.FAILED, RunStatus.MISSED)
+# A slot is claimed by the row of the run that did (or tried and rolled back) its work, or is
+# doing it (a chunked run's ``running`` row), or by the row saying nobody did: at most one such
+# row per (task, slot). Skips never claim.
+RUN_CLAIMING_STATUSES = (
+    RunStatus.COMPLETED,
+    RunStatus.PARTIAL,
+    RunStatus.FAILED,
+    RunStatus.MISSED,
+    RunStatus.RUNNING,
+    RunStatus.INTERRUPTED,
+)
 # A run that committed its work: the task's last success.
 RUN_SUCCESS_STATUSES = (RunStatus.COMPLETED, RunStatus.PARTIAL)
 
@@ -162,6 +177,8 @@ class RunResult:
     run_id: int | None = None
     trigger: RunTrigger = RunTrigger.CRON
     lateness_ms: float | None = None
+    # A chunked run's committed chunks (None: not chunked, the run was one transaction).
+    chunks: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -179,6 +196,7 @@ class RunResult:
             "run_id": self.run_id,
             "trigger": self.trigger.value,
             "lateness_ms": None if self.lateness_ms is None else round(self.lateness_ms, 3),
+            "chunks": self.chunks,
         }
 
 

@@ -96,14 +96,16 @@ def run(coro_fn: Callable[[], Awaitable[T]], *closing: App | Database) -> T:
 
 
 def exit_code(result: RunResult | DrainResult, skipped_exit_code: int = EXIT_OK) -> int:
-    """A run's or a drain's exit code: 0 completed (or skipped, or missed), 1 failed,
-    3 partial (for a drain: some attempts failed, the rest committed)."""
+    """A run's or a drain's exit code: 0 completed (or skipped, or missed), 1 failed (or
+    interrupted), 3 partial (for a drain: some attempts failed, the rest committed)."""
     return {
         RunStatus.COMPLETED: EXIT_OK,
         RunStatus.SKIPPED: skipped_exit_code,
         RunStatus.FAILED: EXIT_FAILED,
         RunStatus.PARTIAL: EXIT_PARTIAL,
         RunStatus.MISSED: EXIT_OK,
+        # A chunked run that lost its lock: not a success, though its committed chunks stay.
+        RunStatus.INTERRUPTED: EXIT_FAILED,
     }[result.status]
 
 

@@ -166,7 +166,12 @@ def describe(result: RunResult) -> list[str]:
         f"{result.items_failed} failed, {result.duration_ms:.0f} ms (slot {_iso(result.slot)})"
     ]
     if result.error:
-        lines.append(f"  error: {result.error} (nothing of the run was committed)")
+        kept = (
+            f"its {result.chunks} committed chunk(s), {result.items_ok} items, stay"
+            if result.chunks
+            else "nothing of the run was committed"
+        )
+        lines.append(f"  error: {result.error} ({kept})")
     for failure in result.failures[:20]:
         lines.append(f"  item {failure.item}: {failure.error_type}: {failure.message}")
     if result.items_failed > 20:

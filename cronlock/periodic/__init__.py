@@ -1,5 +1,6 @@
 """Periodic tasks: the declaration and its slot policy (``task``), a run under the task's
-advisory lock with one recorded outcome (``run``), and the savepoint of each item (``items``)."""
+advisory lock with one recorded outcome (``run``), the savepoint of each item (``items``), and
+a chunked run's commits (``chunks``) and lock connection (``guard``)."""
 
 from __future__ import annotations
 

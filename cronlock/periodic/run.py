@@ -25,6 +25,11 @@ A run from crontab (``execute``) also leaves a trace of the slots nobody fired: 
 lock, before its body, it records ``missed`` those since the task's latest claimed slot that
 have no row (``backlog``, the scheduler's look back), so a crontab-only deployment whose host
 died shows the gap.
+
+A task declared with ``commit_every`` runs chunked instead (``_run_chunked``): its lock is
+held by a guard connection for the whole run (``guard.py``), its row is committed ``running``
+before the body and claims the slot from then on, and its items commit in chunks
+(``chunks.py``), each with the row's progress.
 """
 
 from __future__ import annotations
@@ -33,11 +38,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -53,6 +58,8 @@ from ..outcome import (
     error_line,
 )
 from . import backlog
+from .chunks import Chunks, LockLost
+from .guard import Guard
 from .items import ItemFrame, ItemSavepoints
 from .task import PeriodicTask, resolve_slot
 
@@ -67,7 +74,13 @@ MAX_RECORDED_FAILURES = 1000
 class Run:
     """What a task body receives: the run's session and a savepoint per item."""
 
-    def __init__(self, task: PeriodicTask, session: AsyncSession, slot: datetime | None) -> None:
+    def __init__(
+        self,
+        task: PeriodicTask,
+        session: AsyncSession,
+        slot: datetime | None,
+        chunks: Chunks | None = None,
+    ) -> None:
         self.task = task
         self.session = session
         self.slot = slot
@@ -75,6 +88,7 @@ class Run:
         self.items_failed = 0
         self.failures: list[ItemFailure] = []
         self._savepoints = ItemSavepoints(session)
+        self._chunks = chunks  # a chunked run's commits (None: the run is one transaction)
 
     def item(self, key: object = None) -> ItemBlock:
         """Process one item inside its own SAVEPOINT: ``async with run.item(key) as session``.
@@ -136,14 +150,19 @@ class ItemBlock:
                     run._record_failure(self._key, failure)
                 else:
                     run.items_ok += 1
-                return False
-            if isinstance(exc, Exception):
+                recorded = False
+            elif isinstance(exc, Exception):
                 await savepoints.rollback(frame)
                 run._record_failure(self._key, exc)
-                return True  # recorded: the run goes on with the next item
-            return False  # cancellation, KeyboardInterrupt: not an item's failure
+                recorded = True  # the run goes on with the next item
+            else:
+                return False  # cancellation, KeyboardInterrupt: not an item's failure
         finally:
             savepoints.end(frame)
+        chunks = run._chunks
+        if chunks is not None and frame.depth == 1 and chunks.due():
+            await chunks.commit(run.items_ok, run.items_failed, run.failures)
+        return recorded
 
 
 async def execute(
@@ -260,6 +279,20 @@ async def run_slot(
             )
         return None
 
+    if task.commit_every is not None:
+        return await _run_chunked(
+            database,
+            task,
+            slot,
+            task.commit_every,
+            result=result,
+            skipped=skipped,
+            started_at=started_at,
+            trigger=trigger,
+            record_busy=record_busy,
+            record_gaps=record_gaps,
+        )
+
     async with database.session() as session:
         if (skip := await gate(session)) is not None:
             return skip
@@ -309,6 +342,176 @@ async def run_slot(
             # Record the failure afresh.
             await session.rollback()
             return await _record_claim(session, outcome)
+
+
+class _Result(Protocol):
+    def __call__(self, status: RunStatus, run: Run | None = None, **extra: Any) -> RunResult: ...
+
+
+async def _run_chunked(
+    database: Database,
+    task: PeriodicTask,
+    slot: datetime | None,
+    every: int,
+    *,
+    result: _Result,
+    skipped: Callable[[SkipReason, str], RunResult],
+    started_at: datetime,
+    trigger: RunTrigger,
+    record_busy: bool,
+    record_gaps: bool,
+) -> RunResult:
+    """A chunked run (``commit_every``): the lock on a guard connection, the slot claimed by
+    a ``running`` row committed before the body, a commit every ``every`` items (README
+    "Chunked runs").
+
+    The lock is held by the guard for the whole run, so a second run skips (``lock_busy``)
+    until this one's row says how it ended, and then skips ``slot_done``: the ``running`` row
+    claims the slot from its first commit on. Under the lock, ``running`` rows of the task
+    are runs that died: they are marked ``interrupted`` first, so a crashed run's slot is
+    not run again, and the next slot's run carries on from what the task left to do.
+    """
+    guard = Guard(database, task)
+    try:
+        if not await guard.take():
+            outcome = skipped(SkipReason.LOCK_BUSY, "another run holds the lock")
+            if not record_busy:
+                return outcome
+            async with database.session() as session:
+                return await _record(session, outcome)
+        async with database.session() as session:
+            await _interrupt_dead(session, task)
+            if slot is not None and await session.scalar(
+                sql.RUN_SLOT_CLAIMED, {"task": task.name, "slot": slot}
+            ):
+                return await _record(
+                    session, skipped(SkipReason.SLOT_DONE, f"slot {slot.isoformat()} already ran")
+                )
+            if record_gaps and slot is not None:
+                await _record_gaps(session, task, slot, now=started_at, trigger=trigger)
+            # The row that claims the slot, committed before any work.
+            claim = await _record_claim(session, result(RunStatus.RUNNING, chunks=0))
+            if claim.status is not RunStatus.RUNNING:
+                return claim
+            assert claim.run_id is not None
+            chunks = Chunks(session, guard, claim.run_id, every)
+            await chunks.begin()
+            run = Run(task, session, slot, chunks)
+            return await _chunked_body(session, task, run, chunks, result)
+    finally:
+        await guard.release()
+
+
+async def _chunked_body(
+    session: AsyncSession, task: PeriodicTask, run: Run, chunks: Chunks, result: _Result
+) -> RunResult:
+    """Run the body of a chunked run and record how it ended in its row."""
+
+    def ended(status: RunStatus, **extra: Any) -> RunResult:
+        return replace(result(status, run, **extra), run_id=chunks.run_id)
+
+    error: str | None = None
+    raised: BaseException | None = None
+    try:
+        await task.body(run)
+        if chunks.broken is not None:
+            raise chunks.broken  # the body caught a failed commit: the run cannot go on
+        if run.items_failed and not run.items_ok:
+            error = _every_item_failed(run)
+        else:
+            await chunks.check_lock()
+            status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
+            last = chunks.committed + (1 if chunks.pending or not chunks.committed else 0)
+            outcome = ended(status, chunks=last)
+            if await _finish(session, outcome) is None:
+                raise LockLost("another run marked this run interrupted: it had lost its lock")
+            await session.commit()
+            return outcome
+    except LockLost as exc:
+        await session.rollback()
+        message = str(exc)
+        logger.error(
+            "%s: interrupted after %d chunk(s), %d item(s) committed: %s",
+            task.name,
+            chunks.committed,
+            chunks.committed_ok,
+            message,
+            extra={"action": "run_interrupted", "task": task.name},
+        )
+        await session.scalar(sql.RUN_INTERRUPT, {"run_id": chunks.run_id, "new_error": message})
+        await session.commit()
+        return replace(
+            ended(RunStatus.INTERRUPTED, error=message, chunks=chunks.committed),
+            items_ok=chunks.committed_ok,
+        )
+    except Exception as exc:
+        error, raised = error_line(exc), exc
+    logger.error(
+        "%s: failed after %d committed chunk(s), the chunk in progress rolled back: %s",
+        task.name,
+        chunks.committed,
+        error,
+        extra={"action": "run_failed", "task": task.name},
+        exc_info=raised,
+    )
+    await session.rollback()
+    outcome = replace(
+        ended(RunStatus.FAILED, error=error, chunks=chunks.committed),
+        items_ok=chunks.committed_ok,
+    )
+    await _finish(session, outcome)
+    await session.commit()
+    return outcome
+
+
+async def _finish(session: AsyncSession, outcome: RunResult) -> int | None:
+    """Write a chunked run's outcome into its row (not committed); None if the row is no
+    longer ``running`` (another run marked it interrupted)."""
+    run_id: int | None = await session.scalar(
+        sql.RUN_FINISH,
+        {
+            "run_id": outcome.run_id,
+            "new_status": outcome.status.value,
+            "new_finished_at": outcome.finished_at,
+            "new_items_ok": outcome.items_ok,
+            "new_items_failed": outcome.items_failed,
+            "new_failures": [f.to_dict() for f in outcome.failures],
+            "new_error": outcome.error,
+            "new_chunks": outcome.chunks,
+            "commits_work": outcome.status is not RunStatus.FAILED,
+        },
+    )
+    return run_id
+
+
+async def _interrupt_dead(session: AsyncSession, task: PeriodicTask) -> None:
+    """Under the task's lock: mark its ``running`` rows interrupted (their runs died) and
+    commit."""
+    dead = (
+        await session.execute(
+            sql.RUN_INTERRUPT_DEAD,
+            {
+                "run_task": task.name,
+                "new_error": "the run stopped before its end (its process or its lock was lost); "
+                "its committed chunks stay",
+            },
+        )
+    ).all()
+    if not dead:
+        await session.rollback()
+        return
+    await session.commit()
+    for row in dead:
+        logger.warning(
+            "%s: run %d (slot %s) died after %s chunk(s), %d item(s) committed: "
+            "recorded interrupted",
+            task.name,
+            row.id,
+            row.slot.isoformat() if row.slot else None,
+            row.chunks,
+            row.items_ok,
+            extra={"action": "run_interrupted", "task": task.name, "run_id": row.id},
+        )
 
 
 def _every_item_failed(run: Run) -> str:
@@ -461,12 +664,14 @@ async def _record(session: AsyncSession, outcome: RunResult) -> RunResult:
             "slot": outcome.slot,
             "status": outcome.status.value,
             "started_at": outcome.started_at,
-            "finished_at": outcome.finished_at,
+            # A chunked run's row is committed running, before it has finished.
+            "finished_at": None if outcome.status is RunStatus.RUNNING else outcome.finished_at,
             "items_ok": outcome.items_ok,
             "items_failed": outcome.items_failed,
             "failures": [f.to_dict() for f in outcome.failures],
             "error": outcome.error,
             "skip_reason": outcome.skip_reason,
+            "chunks": outcome.chunks,
             "host": _HOST,
             "pid": os.getpid(),
             "trigger": outcome.trigger.value,

@@ -5,7 +5,8 @@ an invocation belongs to: the next fire time if it is at most ``early`` ahead (a
 fast), else the latest fire time if it is at most ``grace`` behind (a slow host, a late cron).
 Outside both there is no slot: the run is ``skipped`` (``no_slot``) unless it was asked for as
 manual, which runs under the lock with no slot at all. ``misfire`` says what the scheduler does
-with slots that passed while nobody fired them.
+with slots that passed while nobody fired them. ``commit_every`` makes its runs chunked
+(``chunks.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class PeriodicTask:
     body: TaskBody = field(repr=False)
     description: str = ""
     policy: SlotPolicy = SlotPolicy()
+    # Commit every this many top-level items (a chunked run, ``chunks.py``); None: the run is
+    # one transaction.
+    commit_every: int | None = None
 
 
 def resolve_slot(

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     Integer,
     String,
     Text,
     and_,
     bindparam,
+    case,
     column,
     delete,
     exists,
@@ -24,8 +26,9 @@ from sqlalchemy import (
     or_,
     select,
     tuple_,
+    update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..outcome import RUN_CLAIMING_STATUSES, RUN_SUCCESS_STATUSES
@@ -33,9 +36,13 @@ from .histograms import buckets
 from .tables import RUN_CLAIMING_PREDICATE, RUN_STATUSES, runs
 
 __all__ = [
+    "RUN_CHUNK_COMMIT",
     "RUN_CLAIMING_RECENT_PER_TASK",
+    "RUN_FINISH",
     "RUN_INSERT",
     "RUN_INSERT_MISSED",
+    "RUN_INTERRUPT",
+    "RUN_INTERRUPT_DEAD",
     "RUN_LAST_SLOT",
     "RUN_LAST_SLOT_PER_TASK",
     "RUN_LAST_SUCCESS_PER_TASK",
@@ -66,6 +73,75 @@ RUN_RECENT_PER_TASK = (
     select(*[_ranked.c[c.name] for c in runs.columns])
     .where(_ranked.c.rank <= bindparam("limit", type_=Integer))
     .order_by(_ranked.c.task, _ranked.c.rank)
+)
+
+
+# -- chunked runs -------------------------------------------------------------------------
+# A chunked run (commit_every) inserts its row `running` with RUN_INSERT and commits it, then
+# updates it in every chunk's transaction. Each update matches only a row that is still
+# `running`: one another run marked interrupted (this run had lost its lock) matches none, so
+# the chunk it would have committed is rolled back instead: the row is the fence.
+
+_run_id = bindparam("run_id", type_=BigInteger)
+_still_running = and_(runs.c.id == _run_id, runs.c.status == literal_column("'running'"))
+
+# A chunk commits with its progress: counts, failures so far, chunks, the commit's time.
+RUN_CHUNK_COMMIT = (
+    update(runs)
+    .where(_still_running)
+    .values(
+        items_ok=bindparam("new_items_ok", type_=Integer),
+        items_failed=bindparam("new_items_failed", type_=Integer),
+        failures=bindparam("new_failures", type_=JSONB),
+        chunks=bindparam("new_chunks", type_=Integer),
+        committed_at=func.now(),
+    )
+    .returning(runs.c.id)
+)
+
+# The run's outcome, in its last chunk's transaction (or, failed, in one of its own).
+RUN_FINISH = (
+    update(runs)
+    .where(_still_running)
+    .values(
+        status=bindparam("new_status", type_=Text),
+        finished_at=bindparam("new_finished_at", type_=DateTime(timezone=True)),
+        items_ok=bindparam("new_items_ok", type_=Integer),
+        items_failed=bindparam("new_items_failed", type_=Integer),
+        failures=bindparam("new_failures", type_=JSONB),
+        error=bindparam("new_error", type_=Text),
+        chunks=bindparam("new_chunks", type_=Integer),
+        # Now when this transaction commits the last chunk; kept when it records a failure.
+        committed_at=case(
+            (bindparam("commits_work", type_=Boolean), func.now()), else_=runs.c.committed_at
+        ),
+    )
+    .returning(runs.c.id)
+)
+
+# A run that lost its lock marks its own row (if no other run did first).
+RUN_INTERRUPT = (
+    update(runs)
+    .where(_still_running)
+    .values(status="interrupted", error=bindparam("new_error", type_=Text), finished_at=func.now())
+    .returning(runs.c.id)
+)
+
+# Under the task's lock, every `running` row of the task is a run that died: its process or
+# its lock went before its end (the lock is held for the whole of a chunked run). Its row
+# keeps what its last committed chunk said; it finished, as far as anyone knows, then.
+RUN_INTERRUPT_DEAD = (
+    update(runs)
+    .where(
+        runs.c.task == bindparam("run_task", type_=Text),
+        runs.c.status == literal_column("'running'"),
+    )
+    .values(
+        status="interrupted",
+        error=bindparam("new_error", type_=Text),
+        finished_at=func.coalesce(runs.c.committed_at, runs.c.started_at),
+    )
+    .returning(runs.c.id, runs.c.slot, runs.c.items_ok, runs.c.chunks)
 )
 
 

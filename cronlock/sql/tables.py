@@ -242,6 +242,11 @@ runs = Table(
     Column("trigger", Text, nullable=False, server_default="cron"),
     # How long after its slot the run started (NULL for a manual run, which has no slot).
     Column("lateness_ms", Double),
+    # A chunked run's progress (migration 0005; NULL for a run that is one transaction): the
+    # chunks committed so far and when the last one committed (the server's clock). A run
+    # that died says here where it stopped.
+    Column("chunks", Integer),
+    Column("committed_at", DateTime(timezone=True)),
     CheckConstraint(in_list("status", RUN_STATUSES), name="status"),
     CheckConstraint(in_list("trigger", RUN_TRIGGERS), name="trigger"),
 )
@@ -249,6 +254,10 @@ runs = Table(
 Index("ix_runs_task_started_at", runs.c.task, runs.c.started_at.desc())
 # Runs by age (migration 0004): retention walks it oldest first, in bounded batches.
 Index("ix_runs_started_at", runs.c.started_at, runs.c.id)
+
+# Chunked runs in progress (migration 0005): under its lock a chunked run marks the task's dead
+# ones interrupted, one probe of an index that is empty but while a chunked run works.
+Index("ix_runs_running", runs.c.task, postgresql_where=text("status = 'running'"))
 
 # One run per slot (invariant 3): the advisory lock serialises runs, this makes the slot's
 # outcome durable, so a run a second after another host's committed one sees it and skips.
