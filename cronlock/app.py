@@ -47,6 +47,7 @@ from .queue.drainer import (
 )
 from .queue.enqueue import enqueue_many
 from .queue.jobs import (
+    MAX_RETRIES_LIMIT,
     Backoff,
     Enqueued,
     Handler,
@@ -56,6 +57,7 @@ from .queue.jobs import (
     check_max_retries,
     check_queue,
 )
+from .queue.liveness import DEFAULT_SWEEP_INTERVAL
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
@@ -282,13 +284,17 @@ class App:
         backoff: Backoff | None = None,
         timeout: float | None = None,
         queue: str = DEFAULT_QUEUE,
+        max_lost_runs: int = Handler.max_lost_runs,
     ) -> Callable[[JobHandler], JobHandler]:
         """Register ``async def handler(session, payload)`` for ``job_type``.
 
         The handler runs in the job's transaction (``session``); what it returns, if JSON, is
         stored as the job's result. ``max_retries`` and ``queue`` are the defaults for jobs of
         this type; ``backoff`` spaces the retries; a run longer than ``timeout`` seconds is a
-        failed attempt.
+        failed attempt. In the ``lease`` commit mode ``session`` is the completion's: what
+        the handler writes with it commits with the job's completion, in one transaction at
+        the end (see ``cronlock.queue.leased``); a job whose worker was lost
+        ``max_lost_runs`` times while it ran is stopped (failed).
         """
         _check_name("job type", job_type)
         if job_type in self._handlers:
@@ -297,6 +303,10 @@ class App:
         check_queue(queue)
         if timeout is not None and not timeout > 0:
             raise ConfigurationError(f"job type {job_type!r}: timeout must be positive")
+        if not 1 <= max_lost_runs <= MAX_RETRIES_LIMIT:
+            raise ConfigurationError(
+                f"job type {job_type!r}: max_lost_runs must be between 1 and {MAX_RETRIES_LIMIT}"
+            )
         self._agree(job_type, queue, max_retries)
 
         def register(func: JobHandler) -> JobHandler:
@@ -307,6 +317,7 @@ class App:
                 backoff=backoff or Backoff(),
                 timeout=timeout,
                 queue=queue,
+                max_lost_runs=max_lost_runs,
             )
             return func
 
@@ -461,6 +472,7 @@ class App:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
     ) -> Drainer:
@@ -468,8 +480,13 @@ class App:
 
         ``batch_size`` applies to the ``batch`` commit mode (default ``DEFAULT_BATCH_SIZE``,
         50); ``concurrency`` lanes run jobs at once; an idle drainer looks for due jobs every
-        ``poll_interval`` seconds when no notification wakes it. ``clock`` and ``rng`` are for
-        tests (the retry backoff's time and jitter). See ``cronlock.queue.drainer``.
+        ``poll_interval`` seconds when no notification wakes it. ``commit_mode`` is
+        ``strict`` (a job per transaction), ``batch`` (``batch_size`` jobs per transaction)
+        or ``lease`` (the claim commits and handlers run outside any transaction, for long
+        jobs; ``batch_size`` claims at once, 1 by default; a lost worker's running jobs are
+        looked for every ``sweep_interval`` seconds: ``cronlock.queue.leased``). ``clock``
+        and ``rng`` are for tests (the retry backoff's time and jitter). See
+        ``cronlock.queue.drainer``.
         """
         return Drainer(
             self.database,
@@ -481,6 +498,7 @@ class App:
             poll_interval=poll_interval,
             heartbeat_interval=heartbeat_interval,
             keepalive=keepalive,
+            sweep_interval=sweep_interval,
             clock=clock,
             rng=rng,
         )

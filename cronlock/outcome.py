@@ -82,9 +82,10 @@ class SkipReason(enum.StrEnum):
 
 
 class JobStatus(enum.StrEnum):
-    """The reference's statuses, plus ``cancelled``. ``processing`` is what a job is inside the
-    transaction that runs it; other sessions see it ``pending``/``retrying`` and locked (SKIP
-    LOCKED skips it)."""
+    """The reference's statuses, plus ``cancelled``. In the transactional commit modes
+    ``processing`` is what a job is inside the transaction that runs it; other sessions see it
+    ``pending``/``retrying`` and locked (SKIP LOCKED skips it). In the ``lease`` mode the claim
+    commits it ``processing``, with its owner and attempt."""
 
     PENDING = "pending"
     PROCESSING = "processing"

@@ -136,12 +136,14 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 default=CommitMode.STRICT.value,
                 show_default=True,
                 help="strict: a transaction per job; batch: one per batch (faster, "
-                "a crash rolls back the batch).",
+                "a crash rolls back the batch); lease: the claim commits and handlers run "
+                "outside any transaction (long jobs).",
             ),
             click.option(
                 "--batch-size",
                 type=click.IntRange(1, 10_000),
-                help=f"Jobs per claim in batch mode (default {DEFAULT_BATCH_SIZE}).",
+                help=f"Jobs per claim in batch mode (default {DEFAULT_BATCH_SIZE}) and in "
+                "lease mode (default 1).",
             ),
             click.option(
                 "--concurrency",

@@ -102,6 +102,10 @@ class DrainStats:
     retried: int = 0  # attempts that failed and scheduled a retry
     handed_back: int = 0  # claimed, not started, returned to the queue at shutdown
     rolled_back: int = 0  # in flight when aborted: rolled back, due again
+    # The lease commit mode: completions not applied because the job was handed on since,
+    # and running jobs of lost workers this drainer returned to the queue.
+    fenced: int = 0
+    lost_returned: int = 0
     started: float = field(default_factory=time.monotonic)
     stopped: float | None = None
     run_time: LatencyHistogram = field(default_factory=LatencyHistogram)
@@ -128,6 +132,8 @@ class DrainStats:
             "retried": self.retried,
             "handed_back": self.handed_back,
             "rolled_back": self.rolled_back,
+            "fenced": self.fenced,
+            "lost_returned": self.lost_returned,
             # The reference's definition: jobs finished (for good) per second.
             "throughput_per_sec": round((self.processed + self.failed) / elapsed, 2)
             if elapsed > 0

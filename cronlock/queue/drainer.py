@@ -12,6 +12,9 @@ in its own module, in the order a job meets them.
    ``FOR UPDATE SKIP LOCKED``, runs them and writes their outcomes in one transaction, so no
    ``processing`` state is committed and a dead worker's jobs are due again at once, none of
    their writes applied. ``strict`` commits each job, ``batch`` up to ``batch_size`` at once.
+   ``lease`` (``leased.py``, ``liveness.py``) commits the claim instead, runs handlers with no
+   transaction open, and holds the worker's liveness lock, by which lost workers' running
+   jobs are returned and stale completions fenced.
    Idle lanes wake on NOTIFY, when the next job is due, or every poll interval.
 3. One attempt (``attempt.py``): a job's handler, with a session whose SAVEPOINT is opened only
    if the handler uses it, its timeout, and the session handed on when left untouched.
@@ -48,6 +51,8 @@ from .complete import Completion
 from .jobs import Handler, check_queue
 from .lanes import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode, Lanes
 from .lease import DEFAULT_KEEPALIVE, Keepalive, Lease, queue_lock_key
+from .leased import LeaseMode
+from .liveness import DEFAULT_SWEEP_INTERVAL
 from .workers import Heartbeat
 
 __all__ = [
@@ -82,6 +87,7 @@ class Drainer:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -91,6 +97,8 @@ class Drainer:
         self.commit_mode = CommitMode(commit_mode)
         if self.commit_mode is CommitMode.STRICT:
             self.batch_size = 1
+        elif self.commit_mode is CommitMode.LEASE:
+            self.batch_size = batch_size or 1  # long jobs are what the mode is for
         else:
             self.batch_size = batch_size or DEFAULT_BATCH_SIZE
         if self.batch_size < 1 or concurrency < 1:
@@ -100,6 +108,7 @@ class Drainer:
         # A drainer beating less often than sql.WORKER_ALIVE_WITHIN shows as gone between beats.
         self.heartbeat_interval = heartbeat_interval
         self.keepalive = keepalive
+        self.sweep_interval = sweep_interval  # the lease mode's look for lost workers' jobs
         self.clock = clock
         self.rng = rng
         self.lock_key = queue_lock_key(self.queue)
@@ -168,7 +177,10 @@ class Drainer:
         heartbeat: Heartbeat | None = None
         beating: asyncio.Task[None] | None = None
         lanes: Lanes | None = None
+        leasing = self._lease_mode()
         try:
+            if leasing is not None:
+                self.worker_id = await leasing.hold()
             await lease.begin()
             if not wait_for_lock:
                 if not await lease.try_take():
@@ -194,7 +206,8 @@ class Drainer:
             )
             if heartbeat is None:
                 heartbeat, beating = self._beat()
-            lanes = self._lanes = Lanes(
+            make_lanes = leasing.make_lanes if leasing is not None else Lanes
+            lanes = self._lanes = make_lanes(
                 self.database,
                 self._attempts,
                 self._completion,
@@ -212,7 +225,7 @@ class Drainer:
                 lanes.abort()
             if not until_empty:
                 await lanes.listen()
-            error = await self._run_lanes(lease, lanes, until_empty=until_empty)
+            error = await self._run_lanes(lease, lanes, until_empty=until_empty, leasing=leasing)
             self.state = "stopping"
             await lease.release()  # nothing was written in it: a standby takes over
             return self._result(error=error)
@@ -224,15 +237,36 @@ class Drainer:
                     await beating
                 await heartbeat.forget()
             lease.close()
+            if leasing is not None:
+                await leasing.close()
             if lanes is not None:
                 await lanes.close()
 
-    async def _run_lanes(self, lease: Lease, lanes: Lanes, *, until_empty: bool) -> str | None:
-        """Run the lanes under the lease's watch; an error message if a lane failed or the
-        lock was lost."""
+    def _lease_mode(self) -> LeaseMode | None:
+        if self.commit_mode is not CommitMode.LEASE:
+            return None
+        return LeaseMode(
+            self.database,
+            self.handlers,
+            queue=self.queue,
+            owner=self.worker_id,
+            keepalive=self.keepalive,
+            heartbeat_interval=self.heartbeat_interval,
+            sweep_interval=self.sweep_interval,
+        )
+
+    async def _run_lanes(
+        self, lease: Lease, lanes: Lanes, *, until_empty: bool, leasing: LeaseMode | None
+    ) -> str | None:
+        """Run the lanes under the lease's watch (and, in the lease mode, the liveness lock's
+        and the sweeper); an error message if a lane failed or a lock was lost."""
         watch = asyncio.create_task(lease.watch(self.stop))
         try:
-            error = await lanes.run(until_empty=until_empty)
+            running = lanes.run(until_empty=until_empty)
+            if leasing is not None:
+                error = await leasing.run(self.stats, self.stop, running)
+            else:
+                error = await running
         finally:
             watch.cancel()
             try:

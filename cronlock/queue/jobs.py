@@ -98,6 +98,9 @@ class Handler:
     backoff: Backoff = Backoff()
     timeout: float | None = None
     queue: str = DEFAULT_QUEUE
+    # The lease commit mode: a job whose worker was lost this many times while it ran is
+    # stopped (failed) instead of being handed on again (queue/liveness.py).
+    max_lost_runs: int = 3
 
 
 class JobDefaults(Protocol):

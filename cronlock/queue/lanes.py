@@ -57,6 +57,7 @@ DEFAULT_POLL_INTERVAL = 5.0
 class CommitMode(enum.StrEnum):
     STRICT = "strict"  # one job per transaction
     BATCH = "batch"  # one transaction (and one outcome UPDATE) per batch
+    LEASE = "lease"  # the claim commits; handlers run outside any transaction (leased.py)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Double,
     Integer,
     Interval,
     Select,
@@ -34,7 +35,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, BIT, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -55,6 +56,13 @@ __all__ = [
     "JOB_GET",
     "JOB_INSERT_MANY",
     "JOB_INSERT_ONE",
+    "JOB_LEASE_CLAIM",
+    "JOB_LEASE_COMPLETE_MANY",
+    "JOB_LEASE_FINISH_MANY",
+    "JOB_LEASE_HAND_BACK",
+    "JOB_LEASE_RECORD_FENCED",
+    "JOB_LEASE_RETURN_LOST",
+    "JOB_LEASE_STATE",
     "JOB_NEXT_DUE",
     "JOB_OLDEST_DUE",
     "JOB_PRUNE",
@@ -68,6 +76,7 @@ __all__ = [
     "job_count",
     "job_list",
     "job_where",
+    "owner_lock_key",
 ]
 
 # A literal predicate, not bound values: the planner can only use the partial indexes
@@ -132,6 +141,17 @@ JOB_BY_DEDUP_KEY = select(jobs.c.dedup_key, jobs.c.id).where(
     jobs.c.dedup_key == any_(bindparam("dedup_keys", type_=ARRAY(Text))), _DEDUP_WHERE
 )
 
+
+# What makes a job claimable, for every commit mode's claim (JOB_CLAIM, JOB_LEASE_CLAIM): a
+# predicate added here applies to all of them.
+_CLAIMABLE: tuple[ColumnElement[bool], ...] = (
+    jobs.c.queue == bindparam("queue", type_=Text),
+    _WAITING,
+    jobs.c.run_at <= func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()),
+    ~QUEUE_PAUSED_NOW,
+)
+_CLAIM_ORDER = (jobs.c.priority.desc(), jobs.c.run_at)
+
 # The claim: due jobs of one queue, highest priority first, then the longest due. The row
 # locks are the lease: they last as long as the transaction that runs the handlers and writes
 # the outcome, so a dead worker's jobs are due again the moment PostgreSQL aborts it.
@@ -149,13 +169,8 @@ JOB_CLAIM = (
         jobs.c.max_retries,
         jobs.c.created_at,
     )
-    .where(
-        jobs.c.queue == bindparam("queue", type_=Text),
-        _WAITING,
-        jobs.c.run_at <= func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()),
-        ~QUEUE_PAUSED_NOW,
-    )
-    .order_by(jobs.c.priority.desc(), jobs.c.run_at)
+    .where(*_CLAIMABLE)
+    .order_by(*_CLAIM_ORDER)
     .limit(bindparam("limit", type_=Integer))
     .with_for_update(skip_locked=True, of=jobs)
 )
@@ -274,6 +289,253 @@ JOB_NEXT_DUE = select(
         - func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()),
     )
 ).where(jobs.c.queue == bindparam("queue", type_=Text), _WAITING, ~QUEUE_PAUSED_NOW)
+
+# -- the lease commit mode ------------------------------------------------------------------
+#
+# The claim commits: a claimed job is ``processing``, ``owner`` is the worker holding it (alive
+# exactly while it holds the advisory lock on ``owner_lock_key(owner)``, see queue/liveness.py)
+# and ``attempt`` counts the claims made. Every later write of a running job names its owner
+# and attempt (its fencing token): a worker that was paused while its job was returned and
+# claimed again matches nothing. Times are the database's: clock_timestamp() when the claim
+# and the completion run (COALESCE with :now, which only a test clock sets).
+
+_PROCESSING = jobs.c.status == literal_column("'processing'")
+_owner = bindparam("worker", type_=Uuid)
+_db_clock = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.clock_timestamp())
+
+_lease_claimed = (
+    select(jobs.c.id)
+    .where(*_CLAIMABLE)
+    .order_by(*_CLAIM_ORDER)
+    .limit(bindparam("limit", type_=Integer))
+    .with_for_update(skip_locked=True, of=jobs)
+    .cte("claimed")
+    .prefix_with("MATERIALIZED")
+)
+
+# Claim due jobs of :queue for :worker and commit it (one statement, its own transaction). The
+# CTE is MATERIALIZED so the LIMIT is applied once whatever the plan (the nested-loop trap Oban's
+# comment describes). The rows come back in no particular order: the caller sorts them by
+# priority and run_at. started_at is when the database handed the job out.
+JOB_LEASE_CLAIM = (
+    update(jobs)
+    .where(jobs.c.id == _lease_claimed.c.id)
+    .values(
+        status=literal_column("'processing'"),
+        owner=_owner,
+        attempt=jobs.c.attempt + 1,
+        started_at=_db_clock,
+        completed_at=null(),
+    )
+    .returning(
+        jobs.c.id,
+        jobs.c.job_type,
+        cast(jobs.c.payload, Text).label("payload"),
+        jobs.c.retry_count,
+        jobs.c.max_retries,
+        jobs.c.created_at,
+        jobs.c.attempt,
+        jobs.c.priority,
+        jobs.c.run_at,
+    )
+)
+
+_lease_successes = (
+    func.unnest(
+        bindparam("ids", type_=ARRAY(Uuid)),
+        bindparam("attempts", type_=ARRAY(Integer)),
+        bindparam("results", type_=ARRAY(Text)),
+    )
+    .table_valued("id", "attempt", "result")
+    .render_derived()
+)
+# The fencing guard: still running, still this owner's, still this claim.
+_fenced_to = and_(_PROCESSING, jobs.c.owner == _owner)
+
+# Successes of one worker (:worker) in one statement; returns the ids it completed (the others were
+# fenced: their job was returned and claimed again since).
+JOB_LEASE_COMPLETE_MANY = (
+    update(jobs)
+    .where(
+        jobs.c.id == cast(_lease_successes.c.id, Uuid),
+        _fenced_to,
+        jobs.c.attempt == cast(_lease_successes.c.attempt, Integer),
+    )
+    .values(
+        status=literal_column("'completed'"),
+        next_retry_at=null(),
+        result=cast(_lease_successes.c.result, JSONB),
+        completed_at=_db_clock,
+    )
+    .returning(jobs.c.id)
+)
+
+_lease_outcomes = (
+    func.unnest(
+        bindparam("ids", type_=ARRAY(Uuid)),
+        bindparam("attempts", type_=ARRAY(Integer)),
+        bindparam("statuses", type_=ARRAY(Text)),
+        bindparam("retry_counts", type_=ARRAY(Integer)),
+        bindparam("delays", type_=ARRAY(Double)),
+        bindparam("errors", type_=ARRAY(Text)),
+        bindparam("error_entries", type_=ARRAY(Text)),
+        bindparam("results", type_=ARRAY(Text)),
+    )
+    .table_valued(
+        "id", "attempt", "status", "retry_count", "delay", "error", "error_entry", "result"
+    )
+    .render_derived()
+)
+_lease_retry_at = _db_clock + cast(_lease_outcomes.c.delay, Double) * literal_column(
+    "interval '1 second'", Interval
+)
+_lease_done = cast(_lease_outcomes.c.status, Text).in_(
+    [literal_column("'completed'"), literal_column("'failed'")]
+)
+
+# Any mix of outcomes of one owner (completed, retrying after :delays seconds, failed), fenced
+# like JOB_LEASE_COMPLETE_MANY; returns the ids it wrote.
+JOB_LEASE_FINISH_MANY = (
+    update(jobs)
+    .where(
+        jobs.c.id == cast(_lease_outcomes.c.id, Uuid),
+        _fenced_to,
+        jobs.c.attempt == cast(_lease_outcomes.c.attempt, Integer),
+    )
+    .values(
+        status=cast(_lease_outcomes.c.status, Text),
+        retry_count=cast(_lease_outcomes.c.retry_count, Integer),
+        run_at=case((_lease_outcomes.c.delay.is_(None), jobs.c.run_at), else_=_lease_retry_at),
+        next_retry_at=case((_lease_outcomes.c.delay.is_(None), null()), else_=_lease_retry_at),
+        error_message=func.coalesce(cast(_lease_outcomes.c.error, Text), jobs.c.error_message),
+        error_history=case(
+            (_lease_outcomes.c.error_entry.is_(None), jobs.c.error_history),
+            else_=jobs.c.error_history.op("||")(
+                func.jsonb_build_array(cast(_lease_outcomes.c.error_entry, JSONB))
+            ),
+        ),
+        result=cast(_lease_outcomes.c.result, JSONB),
+        completed_at=case((_lease_done, _db_clock), else_=null()),
+    )
+    .returning(jobs.c.id)
+)
+
+# A running job's owner, attempt and status: after a completion whose commit went unanswered
+# (its connection was cut), the row says whether it committed.
+JOB_LEASE_STATE = select(jobs.c.status, jobs.c.owner, jobs.c.attempt).where(
+    jobs.c.id == bindparam("id", type_=Uuid)
+)
+
+# Record a completion that was fenced (not applied): an entry in the job's history, whatever
+# the job's state now. The entry says who tried and with which attempt.
+JOB_LEASE_RECORD_FENCED = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("job_id", type_=Uuid))
+    .values(
+        error_history=jobs.c.error_history.op("||")(
+            func.jsonb_build_array(cast(bindparam("entry", type_=Text), JSONB))
+        )
+    )
+)
+
+_waiting_again = case(
+    (jobs.c.retry_count > 0, literal_column("'retrying'")), else_=literal_column("'pending'")
+)
+
+# Hand back :ids that :worker claimed and did not start or could not finish (a stop, a cut
+# connection): due again as they were, with nothing charged (the attempt counter stays: it is
+# only a fencing token). With :ids NULL, every job :worker still holds (its drainer's end).
+JOB_LEASE_HAND_BACK = (
+    update(jobs)
+    .where(
+        _fenced_to,
+        or_(
+            bindparam("ids", type_=ARRAY(Uuid)).is_(None),
+            jobs.c.id == any_(bindparam("ids", type_=ARRAY(Uuid))),
+        ),
+    )
+    .values(status=_waiting_again, owner=null(), started_at=null())
+    .returning(jobs.c.id)
+)
+
+
+def owner_lock_key(owner: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The bigint advisory lock key of a worker id (a uuid): its first 8 bytes, signed, the
+    same as ``queue.liveness.owner_key`` computes in Python (tests pin both)."""
+    hex16 = func.replace(func.left(cast(owner, Text), 18), "-", "")
+    return cast(cast(literal_column("'x'", Text).op("||")(hex16), BIT(64)), BigInteger)
+
+
+# The owners of this queue's running jobs whose liveness lock is free: pg_try_advisory_xact_lock
+# succeeds only where no worker holds it, and an owner never takes its lock again once it lost
+# it (a worker that lives on takes a new id). The locks taken here go with this transaction.
+_owners = (
+    select(jobs.c.owner)
+    .distinct()
+    .where(_PROCESSING, jobs.c.queue == bindparam("queue_name", type_=Text))
+    .cte("owners")
+    .prefix_with("MATERIALIZED")
+)
+_dead = (
+    select(_owners.c.owner)
+    .where(func.pg_try_advisory_xact_lock(owner_lock_key(_owners.c.owner)))
+    .cte("dead")
+    .prefix_with("MATERIALIZED")
+)
+_bounds = (
+    func.unnest(
+        bindparam("job_types", type_=ARRAY(Text)),
+        bindparam("max_lost_runs", type_=ARRAY(Integer)),
+    )
+    .table_valued("job_type", "max_lost_runs")
+    .render_derived(name="bounds")
+)
+_max_lost = func.coalesce(
+    select(_bounds.c.max_lost_runs)
+    .where(cast(_bounds.c.job_type, Text) == jobs.c.job_type)
+    .scalar_subquery(),
+    bindparam("default_max_lost_runs", type_=Integer),
+)
+_stopped = jobs.c.lost_runs + 1 >= _max_lost
+_lost_entry = func.jsonb_build_object(
+    "attempt",
+    jobs.c.retry_count + 1,
+    "error",
+    func.concat("worker lost: ", cast(_dead.c.owner, Text), " ended while the job ran"),
+    "at",
+    func.now(),
+    "lost_run",
+    jobs.c.lost_runs + 1,
+)
+
+# Return the running jobs of dead owners in :queue_name (an UPDATE may not bind a parameter
+# named like one of its columns where it filters them): due again (pending or retrying, as before
+# the claim), with an error_history entry saying the worker was lost and lost_runs + 1. Not a
+# failed attempt (retry_count stays); a job whose lost runs reach its bound (:max_lost_runs of
+# its type, :default_max_lost_runs for the others) is failed instead, and says why.
+JOB_LEASE_RETURN_LOST = (
+    update(jobs)
+    .where(jobs.c.owner == _dead.c.owner, _PROCESSING, jobs.c.queue == bindparam("queue_name"))
+    .values(
+        status=case((_stopped, literal_column("'failed'")), else_=_waiting_again),
+        owner=null(),
+        lost_runs=jobs.c.lost_runs + 1,
+        error_history=jobs.c.error_history.op("||")(func.jsonb_build_array(_lost_entry)),
+        error_message=case(
+            (
+                _stopped,
+                func.concat(
+                    "stopped: its worker was lost ",
+                    cast(jobs.c.lost_runs + 1, Text),
+                    " times while it ran",
+                ),
+            ),
+            else_=jobs.c.error_message,
+        ),
+        completed_at=case((_stopped, func.now()), else_=null()),
+    )
+    .returning(jobs.c.id, jobs.c.status, _dead.c.owner)
+)
 
 JOB_COUNTS = (
     select(jobs.c.queue, jobs.c.status, func.count().label("count"))

@@ -24,6 +24,7 @@ __all__ = [
     "KEEPALIVE_SETTINGS",
     "LOCK_HOLDERS",
     "LOCK_TRY_XACT",
+    "LOCK_TRY_XACT_BIGINT",
     "LOCK_XACT",
     "NO_TIMEOUTS_LOCAL",
     "PING",
@@ -36,6 +37,10 @@ LOCK_TRY_XACT = select(
         bindparam("namespace", type_=Integer), bindparam("key", type_=Integer)
     )
 )
+
+# The one-key (bigint) form, for a worker's liveness lock (queue/liveness.py): its key is 8
+# bytes of the worker's id, and the one-key form keeps it apart from every two-key lock.
+LOCK_TRY_XACT_BIGINT = select(func.pg_try_advisory_xact_lock(bindparam("key", type_=BigInteger)))
 
 _pg_locks = table(
     "pg_locks",

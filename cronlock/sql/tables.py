@@ -50,6 +50,7 @@ __all__ = [
     "JOBS_NOTIFY_TRIGGER",
     "JOB_DEDUP_PREDICATE",
     "JOB_FINISHED_PREDICATE",
+    "JOB_PROCESSING_PREDICATE",
     "JOB_STATUSES",
     "JOB_WAITING_PREDICATE",
     "RUN_CLAIMING_PREDICATE",
@@ -100,6 +101,8 @@ def in_list(column: str, values: tuple[str, ...]) -> str:
 # The claim's predicate (and the dedup index's): a job that is due to run once run_at comes.
 JOB_WAITING_PREDICATE = in_list("status", JOB_WAITING_STATUSES)
 JOB_DEDUP_PREDICATE = "dedup_key IS NOT NULL AND " + JOB_WAITING_PREDICATE
+# A job the lease mode claimed: committed as running, owned by a live worker (or returned).
+JOB_PROCESSING_PREDICATE = in_list("status", (JobStatus.PROCESSING,))
 # A finished job (completed, failed, cancelled) is one with a completion time.
 JOB_FINISHED_PREDICATE = "completed_at IS NOT NULL"
 
@@ -131,6 +134,13 @@ jobs = Table(
     Column("run_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("dedup_key", Text),
     Column("result", JSONB),
+    # -- the lease commit mode (migration 0005) --
+    # The worker holding a committed claim (its liveness is an advisory lock on this id, see
+    # queue/liveness.py), the number of claims made (the fencing token a completion must
+    # match), and the runs whose worker was lost (not failed attempts; they are bounded).
+    Column("owner", Uuid),
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("lost_runs", Integer, nullable=False, server_default="0"),
     CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
     CheckConstraint("retry_count >= 0", name="retry_count"),
     CheckConstraint("max_retries >= 0", name="max_retries"),
@@ -154,6 +164,15 @@ Index(
     jobs.c.dedup_key,
     unique=True,
     postgresql_where=_where(JOB_DEDUP_PREDICATE),
+)
+
+# The running jobs of the lease mode by queue and owner (migration 0005): what a worker reads
+# to find owners whose liveness lock is gone. Only ``processing`` rows, a handful.
+Index(
+    "ix_jobs_processing",
+    jobs.c.queue,
+    jobs.c.owner,
+    postgresql_where=_where(JOB_PROCESSING_PREDICATE),
 )
 
 # Finished jobs by status and age (migration 0004): retention walks it oldest first, in

@@ -1,0 +1,510 @@
+"""The lease commit mode: the claim commits, handlers run with no transaction of cronlock's.
+
+A lane of a ``lease``-mode drainer claims due jobs with one statement that commits on its own
+(``JOB_LEASE_CLAIM``): each job is ``processing``, with the worker's id as ``owner`` (alive
+exactly while it holds its liveness lock, ``liveness.py``) and ``attempt`` counting its claims.
+Then the handlers run while the lane's connection idles outside any transaction: no
+transaction id, no snapshot, no ``idle in transaction`` to hold back vacuum or to be killed by
+``idle_in_transaction_session_timeout``, however long they take.
+
+The handler's ``session`` (the reference's ``handler(session, payload)``) is *the completion's
+session*. It opens no transaction until the handler first uses it; whatever the handler does
+with it then commits together with the job's completion, in one transaction that writes the
+completion last and commits, or not at all (DESIGN.md invariant 4, as River's JobCompleteTx):
+a handler that fails, or whose completion is fenced, leaves none of its writes. ``commit()``
+inside the handler only flushes: the completion commits it. So a handler keeps that
+transaction short by using its session at its end, after the long work (a read at the start
+can be ended with ``rollback()``, which writes nothing). A handler that leaves its session
+untouched (the common case) is completed with the others of its batch in one statement after
+the batch; with ``batch_size`` 1 (the default of this mode) at once.
+
+Fencing. Every write of a running job names its owner and attempt: a completion of a job
+that was returned and claimed again since (its worker was paused, its liveness connection
+cut) matches no row. It is not applied (its session's writes roll back), and it is recorded
+as an ``error_history`` entry ``{"fenced": …}`` of the job and counted in ``stats.fenced``.
+
+Stopping: claimed jobs not yet started are handed back (``JOB_LEASE_HAND_BACK``, nothing
+charged). A lane whose connection is cut hands its held jobs back on a fresh connection and
+carries on. At its end the drainer hands back whatever its owner still holds (an abort, a
+failed lane), then closes its liveness connection; if even that fails, the lock goes with the
+process and any worker returns the jobs as lost. The running attempt's task is reachable by
+job id (``LeasedLanes.running``): a cooperative cancel can reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy.exc import DBAPIError, InterfaceError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
+
+from .. import pg, sql
+from ..database import Database
+from ..observe.stats import DrainStats
+from ..pg import session_has_pending, session_untouched
+from .attempt import Attempts, _describe
+from .complete import Attempt, Failure, Success, count, micros_of
+from .jobs import Handler, Job, to_json
+from .lanes import Lane, Lanes, _decode
+from .lease import Keepalive
+from .liveness import DEFAULT_SWEEP_INTERVAL, Liveness, Sweeper
+
+__all__ = ["LeaseMode", "LeaseSession", "LeasedLanes"]
+
+logger = logging.getLogger("cronlock.drainer")
+
+# What a cut connection looks like from here: the job goes back, nothing is charged.
+_CONNECTION_LOST = (OSError, pg.ClientError, InterfaceError)
+
+
+class LeaseSession(Session):
+    """The completion's session: ``commit()`` from the handler flushes, and the completion
+    commits (with the job's completion, or not at all)."""
+
+    completing = False
+
+    def commit(self) -> None:
+        if self.completing:
+            super().commit()
+        else:
+            self.flush()
+
+
+@dataclass
+class _Held:
+    """One lane's claimed jobs and their attempts (fencing tokens), until finished."""
+
+    attempts: dict[uuid.UUID, int] = field(default_factory=dict)
+
+
+class _HandBack(Exception):
+    """The attempt could not finish for a reason that is not the job's (its connection was
+    cut): the job is handed back, nothing charged."""
+
+
+class LeasedLanes(Lanes):
+    """The lanes of one active lease-mode drainer (``lanes.py`` with the claim committed)."""
+
+    def __init__(self, *args: Any, owner: uuid.UUID, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.owner = owner
+        schema = self.database.schema
+        self._lease_claim = pg.AsyncpgStatement.of(sql.JOB_LEASE_CLAIM, schema)
+        self._complete_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
+        self._finish_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
+        self._hand_back = pg.AsyncpgStatement.of(sql.JOB_LEASE_HAND_BACK, schema)
+        # The running attempt of each job, by id (for a cooperative cancel).
+        self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
+        self._held = {lane.number: _Held() for lane in self.lanes}
+
+    def engine(self) -> AsyncEngine:
+        return self._engine()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def _lane_loop(self, lane: Lane, *, until_empty: bool) -> None:
+        while True:
+            async with self._engine().connect() as conn:
+                driver = await pg.driver_of(conn)
+                lane.driver = driver
+                lane.session = None
+                try:
+                    await self._batches(conn, driver, lane, until_empty=until_empty)
+                    return
+                except (*_CONNECTION_LOST, _HandBack) as exc:
+                    if self._aborted:
+                        raise
+                    await conn.invalidate()
+                    logger.warning(
+                        "a lane lost its connection (%s): its jobs go back to the queue",
+                        exc,
+                        extra={"action": "lane_reconnect", "queue": self.queue},
+                    )
+            await self._hand_back_held(lane)
+            if self.stopping:
+                return
+
+    async def _hand_back_held(self, lane: Lane) -> None:
+        held = self._held[lane.number].attempts
+        if not held:
+            return
+        async with self._engine().begin() as conn:
+            returned = await conn.execute(
+                sql.JOB_LEASE_HAND_BACK, {"worker": self.owner, "ids": list(held)}
+            )
+            self.stats.handed_back += len(returned.all())
+        held.clear()
+
+    async def _batch(self, conn: AsyncConnection, driver: pg.DriverConnection, lane: Lane) -> int:
+        """Claim (committed), run, and complete one batch; the number of jobs claimed."""
+        held = self._held[lane.number].attempts
+        now = self._db_now()
+        rows = await driver.fetch(
+            self._lease_claim.sql,
+            *self._lease_claim.args(
+                queue=self.queue, limit=self.batch_size, worker=self.owner, now=now
+            ),
+        )
+        if len(rows) > 1:  # UPDATE … RETURNING keeps no order: the claim's is priority, due
+            rows = sorted(rows, key=lambda r: (-r[7], r[8]))
+        claimed: list[Job] = []
+        for id, job_type, payload, retry_count, max_retries, created_at, attempt, _, _ in rows:
+            claimed.append(
+                Job(id, job_type, _decode(payload)[0], retry_count, max_retries, created_at)
+            )
+            held[id] = attempt
+        batched: list[Attempt] = []
+        begun: list[float] = []
+        for job in claimed:
+            if self.stopping:
+                break
+            lane.in_flight = 1
+            started = time.perf_counter()
+            try:
+                outcome = await self._attempt(conn, driver, lane, job, held[job.id], started)
+            finally:
+                lane.in_flight = 0
+            if outcome is None:  # completed (or fenced) in its session's transaction
+                continue
+            batched.append(outcome)
+            begun.append(started)
+        ran = _ids(batched)
+        not_started = [job.id for job in claimed if job.id in held and job.id not in ran]
+        if not_started:
+            done = await driver.fetch(
+                self._hand_back.sql, *self._hand_back.args(worker=self.owner, ids=not_started)
+            )
+            self.stats.handed_back += len(done)
+            for job_id in not_started:
+                held.pop(job_id, None)
+        if batched:
+            await self._write(driver, batched, begun, held)
+        return len(claimed)
+
+    # -- one attempt ----------------------------------------------------------------------
+
+    async def _attempt(
+        self,
+        conn: AsyncConnection,
+        driver: pg.DriverConnection,
+        lane: Lane,
+        job: Job,
+        attempt: int,
+        begun: float,
+    ) -> Attempt | None:
+        """Run ``job``'s handler; its outcome to write with the batch, or None when it was
+        written already (the handler used its session: completed in that transaction)."""
+        attempts: Attempts = self.attempts
+        handler = attempts.handlers.get(job.job_type)
+        clock = self.clock
+        started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        if handler is None:
+            return attempts.failed(
+                job, f"no handler registered for job type {job.job_type!r}", started, None
+            )
+        session = lane.session or AsyncSession(
+            bind=conn, expire_on_commit=False, sync_session_class=LeaseSession
+        )
+        lane.session = None
+        task = asyncio.ensure_future(_call(handler, session, job.payload))
+        self.running[job.id] = task
+        try:
+            value = await task
+            result = None if value is None else to_json(value, "the handler's result")
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                if session.in_transaction():
+                    await session.rollback()  # none of this job's writes stay
+            if conn.invalidated or driver.is_closed():
+                raise _HandBack(f"the lane's connection went while job {job.id} ran") from exc
+            error = _describe(exc, handler)
+            return attempts.failed(job, error, started, handler)
+        finally:
+            self.running.pop(job.id, None)
+        finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        success = Success(job, result, started, finished)
+        sync = cast(LeaseSession, session.sync_session)
+        if not sync.in_transaction() and not session_has_pending(sync):
+            if session_untouched(sync):
+                lane.session = session
+            return success
+        await self._complete_in_session(session, driver, success, attempt, begun)
+        return None
+
+    async def _complete_in_session(
+        self,
+        session: AsyncSession,
+        driver: pg.DriverConnection,
+        success: Success,
+        attempt: int,
+        began: float,
+    ) -> None:
+        """The handler's writes and the completion, last, in one transaction: both or none."""
+        held = self._held_of(success.job.id)
+        try:
+            await session.flush()
+            done = await driver.fetch(
+                self._complete_many.sql,
+                *self._complete_many.args(
+                    ids=[success.job.id],
+                    attempts=[attempt],
+                    results=[success.result],
+                    worker=self.owner,
+                    now=self._db_now(),
+                ),
+            )
+            applied = bool(done)
+            sync = cast(LeaseSession, session.sync_session)
+            if applied:
+                sync.completing = True
+                await session.commit()
+            else:
+                await session.rollback()
+        except _CONNECTION_LOST as exc:
+            if await self._committed(success.job.id, attempt):
+                applied = True  # the commit went through before the cut
+            else:
+                raise _HandBack(f"the completion of job {success.job.id} was cut") from exc
+        except Exception as exc:
+            # Its writes could not be flushed or committed (a constraint, a serialization
+            # failure): that is the attempt's failure, recorded with the batch's outcomes.
+            with contextlib.suppress(Exception):
+                await session.rollback()
+            handler = self.attempts.handlers[success.job.job_type]
+            failure = self.attempts.failed(
+                success.job, _describe(exc, handler), success.started, handler
+            )
+            await self._write(driver, [failure], [began], held)
+            return
+        if held is not None:
+            held.pop(success.job.id, None)
+        if applied:
+            count(self.stats, [success], [began])
+        else:
+            await self._record_fenced(success.job, attempt)
+
+    def _held_of(self, job_id: uuid.UUID) -> dict[uuid.UUID, int] | None:
+        for held in self._held.values():
+            if job_id in held.attempts:
+                return held.attempts
+        return None
+
+    async def _committed(self, job_id: uuid.UUID, attempt: int) -> bool:
+        """After a cut completion: whether it committed (the row is no longer this claim's
+        running job), read on a fresh connection."""
+        async with self._engine().connect() as conn:
+            row = (await conn.execute(sql.JOB_LEASE_STATE, {"id": job_id})).one_or_none()
+        if row is None:
+            return False
+        status, owner, claims = row
+        return not (status == "processing" and owner == self.owner and claims == attempt)
+
+    # -- writing outcomes -----------------------------------------------------------------
+
+    async def _write(
+        self,
+        driver: pg.DriverConnection,
+        outcomes: list[Attempt],
+        begun: list[float],
+        held: dict[uuid.UUID, int] | None,
+    ) -> None:
+        """Write a batch's outcomes (fenced) in one statement; count what was applied and
+        record what was fenced."""
+        attempts = {o.job.id: (held or {}).get(o.job.id, 0) for o in outcomes}
+        now = self._db_now()
+        if all(isinstance(o, Success) for o in outcomes):
+            statement = self._complete_many
+            args = statement.args(
+                ids=list(attempts),
+                attempts=list(attempts.values()),
+                results=[cast(Success, o).result for o in outcomes],
+                worker=self.owner,
+                now=now,
+            )
+        else:
+            statement = self._finish_many
+            args = statement.args(worker=self.owner, now=now, **_finish_columns(outcomes, attempts))
+        rows = await driver.fetch(statement.sql, *args)
+        applied = {row[0] for row in rows}
+        kept = [(o, b) for o, b in zip(outcomes, begun, strict=True) if o.job.id in applied]
+        count(self.stats, [o for o, _ in kept], [b for _, b in kept])
+        if held is not None:
+            for job_id in attempts:
+                held.pop(job_id, None)
+        for outcome in outcomes:
+            if outcome.job.id not in applied:
+                await self._record_fenced(outcome.job, attempts[outcome.job.id])
+
+    async def _record_fenced(self, job: Job, attempt: int) -> None:
+        self.stats.fenced += 1
+        entry = json.dumps(
+            {
+                "attempt": job.retry_count + 1,
+                "error": "fenced: a completion by a worker that no longer held the job was "
+                "not applied",
+                "at": datetime.now(UTC).isoformat(),
+                "fenced": {"owner": str(self.owner), "attempt": attempt},
+            }
+        )
+        logger.warning(
+            "job %s: completion fenced (worker %s, attempt %d): the job was handed on",
+            job.id,
+            self.owner,
+            attempt,
+            extra={"action": "job_fenced", "queue": self.queue, "job_id": str(job.id)},
+        )
+        with contextlib.suppress(*_CONNECTION_LOST, DBAPIError):
+            async with self._engine().begin() as conn:
+                await conn.execute(sql.JOB_LEASE_RECORD_FENCED, {"job_id": job.id, "entry": entry})
+
+
+def _ids(outcomes: list[Attempt]) -> set[uuid.UUID]:
+    return {o.job.id for o in outcomes}
+
+
+async def _call(handler: Handler, session: AsyncSession, payload: Any) -> Any:
+    if handler.timeout is None:
+        return await handler.func(session, payload)
+    async with asyncio.timeout(handler.timeout):
+        return await handler.func(session, payload)
+
+
+def _finish_columns(
+    outcomes: list[Attempt], attempts: Mapping[uuid.UUID, int]
+) -> dict[str, list[Any]]:
+    """Outcomes as the column arrays JOB_LEASE_FINISH_MANY unnests (a success keeps its
+    retry count and errors; a retry's delay is counted on the database's clock)."""
+    columns: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "ids",
+            "attempts",
+            "statuses",
+            "retry_counts",
+            "delays",
+            "errors",
+            "error_entries",
+            "results",
+        )
+    }
+    for outcome in outcomes:
+        job = outcome.job
+        columns["ids"].append(job.id)
+        columns["attempts"].append(attempts[job.id])
+        if isinstance(outcome, Success):
+            row: tuple[Any, ...] = ("completed", job.retry_count, None, None, None, outcome.result)
+        else:
+            delay = _delay_of(outcome)
+            row = (
+                outcome.status.value,
+                outcome.retry_count,
+                delay,
+                outcome.error,
+                outcome.error_entry,
+                None,
+            )
+        for name, value in zip(
+            ("statuses", "retry_counts", "delays", "errors", "error_entries", "results"),
+            row,
+            strict=True,
+        ):
+            columns[name].append(value)
+    return columns
+
+
+def _delay_of(failure: Failure) -> float | None:
+    if failure.run_at is None:
+        return None
+    return max((failure.run_at - failure.finished_at).total_seconds(), 0.0)
+
+
+class LeaseMode:
+    """What a drainer adds in the lease commit mode: its liveness lock, the sweeper that
+    returns lost workers' jobs, and its lanes (``hold`` first, ``close`` in the end)."""
+
+    def __init__(
+        self,
+        database: Database,
+        handlers: Mapping[str, Handler],
+        *,
+        queue: str,
+        owner: uuid.UUID,
+        keepalive: Keepalive | None,
+        heartbeat_interval: float,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
+    ) -> None:
+        self.handlers = handlers
+        self.queue = queue
+        self.sweep_interval = sweep_interval
+        self.liveness = Liveness(
+            database,
+            queue,
+            keepalive=keepalive,
+            heartbeat_interval=heartbeat_interval,
+            owner=owner,
+        )
+        self.lanes: LeasedLanes | None = None
+        self.sweeper: Sweeper | None = None
+
+    async def hold(self) -> uuid.UUID:
+        return await self.liveness.hold()
+
+    def make_lanes(self, *args: Any, **kwargs: Any) -> LeasedLanes:
+        lanes = self.lanes = LeasedLanes(*args, owner=self.liveness.owner, **kwargs)
+        self.sweeper = Sweeper(
+            lanes.engine,
+            self.handlers,
+            queue=self.queue,
+            interval=self.sweep_interval,
+            on_returned=lanes.wake,
+        )
+        return lanes
+
+    async def run(
+        self, stats: DrainStats, stop: Callable[[], None], lanes_run: Awaitable[str | None]
+    ) -> str | None:
+        """Run the lanes (``lanes_run``, a coroutine) with the sweeper and the liveness
+        watch beside them; an error message if the liveness lock was lost."""
+        assert self.sweeper is not None, "make_lanes() first"
+        sweeper = self.sweeper
+        await sweeper.sweep()  # the jobs of workers that died before this one became active
+        sweeping = asyncio.create_task(sweeper.run())
+        watch = asyncio.create_task(self.liveness.watch(stop))
+        try:
+            error: str | None = await lanes_run
+        finally:
+            for task in (sweeping, watch):
+                task.cancel()
+            lost: str | None = None
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeping
+            try:
+                lost = await watch
+            except asyncio.CancelledError:
+                lost = None
+            stats.lost_returned += sweeper.returned
+        return lost or error
+
+    async def close(self) -> None:
+        """Hand back what this worker still holds (an abort, a failed lane), then let its
+        liveness lock go."""
+        try:
+            if self.lanes is not None:
+                with contextlib.suppress(*_CONNECTION_LOST, DBAPIError):
+                    async with self.lanes.engine().begin() as conn:
+                        returned = await conn.execute(
+                            sql.JOB_LEASE_HAND_BACK, {"worker": self.liveness.owner, "ids": None}
+                        )
+                        self.lanes.stats.handed_back += len(returned.all())
+        finally:
+            self.liveness.close()
