@@ -97,7 +97,7 @@ async def test_abort_rolls_back_the_job_in_flight(
     assert await scalar(database, select(func.count()).select_from(testjobs.job_log)) == 0
 
 
-@pytest.mark.parametrize("mode", ["strict", "batch"])
+@pytest.mark.parametrize("mode", ["strict", "batch", "lease"])
 async def test_sigkill_with_a_standby_loses_nothing_and_applies_nothing_twice(
     database: Database, database_url: str, tmp_path: Path, mode: str
 ) -> None:

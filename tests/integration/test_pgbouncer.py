@@ -81,9 +81,18 @@ async def test_drains_through_pgbouncer_and_leave_no_lock(database: Database) ->
         try:
             first = await app.drain(commit_mode="batch", batch_size=20)
             second = await app.drain()
+            async with database.session() as session:
+                await app.enqueue_many(session, "count", [{"n": i} for i in range(50, 60)])
+                await session.commit()
+            # The lease mode's liveness lock is transaction-level too: it holds through
+            # transaction pooling and is gone with its transaction.
+            leased = await app.drain(commit_mode="lease", batch_size=4)
+            after = await app.drain(commit_mode="lease")
         finally:
             await app.aclose()
     assert first.status is RunStatus.COMPLETED and first.stats["processed"] == 50
     assert second.status is RunStatus.COMPLETED  # not skipped: the first left no lock behind
+    assert leased.status is RunStatus.COMPLETED and leased.stats["processed"] == 10
+    assert after.status is RunStatus.COMPLETED
     async with database.connect() as conn:
-        assert await conn.scalar(select(testjobs.counter.c.n)) == 50
+        assert await conn.scalar(select(testjobs.counter.c.n)) == 60
