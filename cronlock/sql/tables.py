@@ -134,7 +134,7 @@ jobs = Table(
     Column("run_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("dedup_key", Text),
     Column("result", JSONB),
-    # -- the lease commit mode (migration 0005) --
+    # -- the lease commit mode (migration 0006) --
     # The worker holding a committed claim (its liveness is an advisory lock on this id, see
     # queue/liveness.py), the number of claims made (the fencing token a completion must
     # match), and the runs whose worker was lost (not failed attempts; they are bounded).
@@ -166,7 +166,7 @@ Index(
     postgresql_where=_where(JOB_DEDUP_PREDICATE),
 )
 
-# The running jobs of the lease mode by queue and owner (migration 0005): what a worker reads
+# The running jobs of the lease mode by queue and owner (migration 0006): what a worker reads
 # to find owners whose liveness lock is gone. Only ``processing`` rows, a handful.
 Index(
     "ix_jobs_processing",

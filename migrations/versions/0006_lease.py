@@ -6,8 +6,8 @@ claims made, the fencing token a completion must match. ``lost_runs`` counts the
 worker was lost (not failed attempts; a job is stopped after a bounded number of them).
 ``ix_jobs_processing`` is what a worker reads to find the owners of running jobs.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-01
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
