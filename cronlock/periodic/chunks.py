@@ -18,6 +18,7 @@ the item, and stays the run's error even if the body catches it (``broken``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -65,17 +66,22 @@ class Chunks:
         """Commit the chunk with the run's progress; raises LockLost (or the commit's error)
         when it cannot, the chunk then being rolled back by the run."""
         try:
-            await self.check_lock()
-            row = await self.session.scalar(
-                sql.RUN_CHUNK_COMMIT,
-                {
-                    "run_id": self.run_id,
-                    "new_items_ok": items_ok,
-                    "new_items_failed": items_failed,
-                    "new_failures": [f.to_dict() for f in failures],
-                    "new_chunks": self.committed + 1,
-                },
+            # The guard's ping and the row's update go to two connections: at once.
+            alive, row = await asyncio.gather(
+                self.guard.alive(),
+                self.session.scalar(
+                    sql.RUN_CHUNK_COMMIT,
+                    {
+                        "run_id": self.run_id,
+                        "new_items_ok": items_ok,
+                        "new_items_failed": items_failed,
+                        "new_failures": [f.to_dict() for f in failures],
+                        "new_chunks": self.committed + 1,
+                    },
+                ),
             )
+            if not alive:
+                raise LockLost(_GUARD_GONE)
             if row is None:
                 raise LockLost("another run marked this run interrupted: it had lost its lock")
             await self.session.commit()
@@ -95,4 +101,7 @@ class Chunks:
 
     async def check_lock(self) -> None:
         if not await self.guard.alive():
-            raise LockLost("lost the task's lock: its guard connection is gone")
+            raise LockLost(_GUARD_GONE)
+
+
+_GUARD_GONE = "lost the task's lock: its guard connection is gone"
