@@ -160,7 +160,7 @@ class Reader:
 
     async def start(self) -> None:
         self._conn = await asyncpg.connect(self.url)
-        self._slru = tuple(await self._conn.fetchrow(SLRU))  # type: ignore[assignment]
+        self._slru = tuple(await self._conn.fetchrow(SLRU))
         self._task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
