@@ -123,6 +123,7 @@ def task_entries(app: App, now: datetime, count: int) -> list[dict[str, Any]]:
                 else policy.max_lateness.total_seconds(),
                 "catch_up_limit": policy.catch_up_limit,
                 "jitter_s": policy.jitter.total_seconds(),
+                "commit_every": task.commit_every,
                 "description": task.description,
             }
         )

@@ -362,3 +362,12 @@ async def test_cronlock_run_of_a_chunked_task(database: Database, database_url: 
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert (out["status"], out["items_ok"], out["chunks"]) == ("completed", 100, 20)
+
+
+async def test_cronlock_list_shows_commit_every(database_url: str) -> None:
+    done = await invoke_async(
+        "--app", "testapps.chunked", "list", "--json", database_url=database_url
+    )
+    assert done.returncode == 0, done.stderr
+    (task,) = json.loads(done.stdout)["tasks"]
+    assert (task["name"], task["commit_every"]) == ("chunky", chunked.EVERY)
