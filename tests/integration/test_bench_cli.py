@@ -128,7 +128,7 @@ def test_table_output_has_the_reference_columns(database_url: str) -> None:
     [
         (("--sizes", "100,many"), "--sizes: 'many' is not a job count"),
         (("--sizes", "0"), "--sizes: '0' is not a job count"),
-        (("--modes", "strict,fast"), "--modes: 'fast' is not a commit mode (strict, batch)"),
+        (("--modes", "strict,fast"), "--modes: 'fast' is not a commit mode (strict, batch, lease)"),
         (("--only", "drain,speed"), "--only: 'speed' is not a section"),
         (("--repeats", "0"), "--repeats"),
     ],
