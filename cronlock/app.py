@@ -469,6 +469,7 @@ class App:
         commit_mode: CommitMode | str = CommitMode.STRICT,
         batch_size: int | None = None,
         concurrency: int = 1,
+        shared: bool = False,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
@@ -479,7 +480,9 @@ class App:
         """A drainer of ``queue`` on this app's database, with this app's handlers.
 
         ``batch_size`` applies to the ``batch`` commit mode (default ``DEFAULT_BATCH_SIZE``,
-        50); ``concurrency`` lanes run jobs at once; an idle drainer looks for due jobs every
+        50); ``concurrency`` lanes run jobs at once; ``shared=True`` makes it one of any number
+        of active drainers of the queue instead of its single active one (exclusive and shared
+        drainers refuse to meet: ``DrainerConflict``); an idle drainer looks for due jobs every
         ``poll_interval`` seconds when no notification wakes it. ``commit_mode`` is
         ``strict`` (a job per transaction), ``batch`` (``batch_size`` jobs per transaction)
         or ``lease`` (the claim commits and handlers run outside any transaction, for long
@@ -495,6 +498,7 @@ class App:
             commit_mode=commit_mode,
             batch_size=batch_size,
             concurrency=concurrency,
+            shared=shared,
             poll_interval=poll_interval,
             heartbeat_interval=heartbeat_interval,
             keepalive=keepalive,
@@ -511,6 +515,7 @@ class App:
         commit_mode: CommitMode | str = CommitMode.STRICT,
         batch_size: int | None = None,
         concurrency: int = 1,
+        shared: bool = False,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
@@ -518,14 +523,16 @@ class App:
         rng: random.Random | None = None,
     ) -> DrainResult:
         """The built-in task ``drain``: process due jobs until none is due (or ``max_seconds``
-        passed); skipped when another drainer is active. The options are ``drainer()``'s.
-        A database not migrated to head is a ``DatabaseUnavailable``, as on the command line."""
+        passed); skipped when another exclusive drainer is active. The options are
+        ``drainer()``'s. A database not migrated to head is a ``DatabaseUnavailable``, as on
+        the command line."""
         await schema.ensure_ready(self.database)
         drainer = self.drainer(
             queue=queue,
             commit_mode=commit_mode,
             batch_size=batch_size,
             concurrency=concurrency,
+            shared=shared,
             poll_interval=poll_interval,
             heartbeat_interval=heartbeat_interval,
             keepalive=keepalive,

@@ -7,6 +7,7 @@ Outcomes are not exceptions: a skipped run, a failed item or a retried job is a 
     ├── ConfigurationError        exit code 2 on the command line
     │   ├── AppNotFound            --app does not import or names no App
     │   ├── DatabaseUnavailable    no database configured, reachable or migrated
+    │   ├── DrainerConflict        exclusive and shared drainers meeting on one queue
     │   ├── InvalidCron            a cron expression or timezone that does not parse
     │   ├── LockKeyCollision       two tasks would share one advisory lock
     │   ├── DuplicateName          a task or job type registered twice
@@ -26,6 +27,7 @@ __all__ = [
     "ConfigurationError",
     "CronlockError",
     "DatabaseUnavailable",
+    "DrainerConflict",
     "DuplicateName",
     "InvalidCron",
     "InvalidJobOption",
@@ -54,6 +56,10 @@ class AppNotFound(ConfigurationError):
 
 class DatabaseUnavailable(ConfigurationError):
     """The database is not reachable."""
+
+
+class DrainerConflict(ConfigurationError):
+    """Exclusive and shared drainers cannot serve one queue at the same time."""
 
 
 class InvalidCron(ConfigurationError):

@@ -14,7 +14,9 @@ stop request, or the end of the grace period, aborts it (its jobs in flight roll
 due again). The scheduler stops firing and gives its runs in flight the Scheduler's
 ``shutdown_grace``. A drainer served beside the scheduler that ends on its own (it lost its
 database) is started again after ``restart_delay``: in one process the scheduler is its
-supervisor, and the process does not exit for systemd to restart it.
+supervisor, and the process does not exit for systemd to restart it. One that refused to serve
+its queue beside drainers of the other kind (``DrainerConflict``, see ``queue/shared.py``) is
+logged and not started again; ``serve_worker`` and ``serve_drain`` raise it.
 
 ``asyncio.run`` is the caller's: the command line's, or the application's own loop.
 """
@@ -29,6 +31,7 @@ import signal
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from .errors import DrainerConflict
 from .outcome import DrainResult
 from .queue.drainer import Drainer
 from .scheduler import Scheduler
@@ -178,7 +181,16 @@ async def _supervise(
     calm = _Shutdown(shutdown.stop)
     while True:
         drainer = make()
-        result = await _serve(drainer, drainer.work, calm, grace_period)
+        try:
+            result = await _serve(drainer, drainer.work, calm, grace_period)
+        except DrainerConflict as conflict:
+            # Exclusive and shared drainers on one queue: a restart would meet them again.
+            logger.error(
+                "drainer not started: %s",
+                conflict,
+                extra={"action": "drainer_conflict", "queue": drainer.queue},
+            )
+            return
         logger.log(
             logging.INFO if shutdown.stop.is_set() else logging.WARNING,
             "drainer stopped: %s",

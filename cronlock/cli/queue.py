@@ -153,6 +153,13 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 help="Jobs run at once, each on its own connection (for IO-bound handlers).",
             ),
             click.option(
+                "--shared",
+                is_flag=True,
+                help="One of any number of active drainers of the queue, on any hosts "
+                "(default: exclusive, one active and standbys; the two kinds never meet: "
+                "exit 2).",
+            ),
+            click.option(
                 "--grace-period",
                 type=click.FloatRange(0),
                 default=DEFAULT_GRACE_PERIOD,
@@ -218,14 +225,20 @@ def drain(
     commit_mode: str,
     batch_size: int | None,
     concurrency: int,
+    shared: bool,
     grace_period: float,
 ) -> None:
-    """Process due jobs until none is due or S seconds passed; skip if another drainer is
-    active. Exit 0 all went well, 3 some attempts failed, 1 the drainer failed."""
+    """Process due jobs until none is due or S seconds passed; skip if another (exclusive)
+    drainer is active. Exit 0 all went well, 3 some attempts failed, 1 the drainer failed,
+    2 exclusive and shared drainers met on the queue."""
     drain_queue(
         options,
         lambda app: app.drainer(
-            queue=queue, commit_mode=commit_mode, batch_size=batch_size, concurrency=concurrency
+            queue=queue,
+            commit_mode=commit_mode,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            shared=shared,
         ),
         max_seconds=max_seconds,
         grace_period=grace_period,
@@ -268,13 +281,16 @@ def worker(
     commit_mode: str,
     batch_size: int | None,
     concurrency: int,
+    shared: bool,
     grace_period: float,
     poll_interval: float,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
     """Long-running drainer: stands by while another is active, takes over when it stops or
-    dies. SIGTERM/SIGINT stop it gracefully; it prints its stats (one JSON object) on exit."""
+    dies (with --shared: active beside the queue's other shared drainers at once).
+    SIGTERM/SIGINT stop it gracefully; it prints its stats (one JSON object) on exit. Exit 2
+    when exclusive and shared drainers meet on the queue."""
     app = options.load_app()
     serve_metrics = _metrics_server() if metrics_port else None
     database = options.database(app)
@@ -288,6 +304,7 @@ def worker(
             commit_mode=commit_mode,
             batch_size=batch_size,
             concurrency=concurrency,
+            shared=shared,
             poll_interval=poll_interval,
         )
         return await serve_worker(drainer, grace_period=grace_period, handle_signals=True)

@@ -1,4 +1,5 @@
-"""The drainer: one active per queue, jobs claimed in batches, the transaction as the lease.
+"""The drainer: one active per queue (or many, shared), jobs claimed in batches, the transaction
+as the lease.
 
 A ``Drainer`` drains one queue of an app's jobs. It is small: it puts together the parts, each
 in its own module, in the order a job meets them.
@@ -7,7 +8,8 @@ in its own module, in the order a job meets them.
    transaction on a connection of its own; ``drain`` is skipped when another drainer holds it,
    ``worker`` stands by until it is free, also when the holder dies. While active it watches
    that connection: a drainer that lost it stops claiming, and PostgreSQL fences whatever it
-   still had in flight.
+   still had in flight. Shared (``shared.py``): the same lock in shared mode, any number of
+   drainers active at once; exclusive and shared drainers refuse to meet on one queue.
 2. The lanes (``lanes.py``). The transaction is the lease: each lane claims due jobs with
    ``FOR UPDATE SKIP LOCKED``, runs them and writes their outcomes in one transaction, so no
    ``processing`` state is committed and a dead worker's jobs are due again at once, none of
@@ -53,6 +55,7 @@ from .lanes import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode, Lanes
 from .lease import DEFAULT_KEEPALIVE, Keepalive, Lease, queue_lock_key
 from .leased import LeaseMode
 from .liveness import DEFAULT_SWEEP_INTERVAL
+from .shared import lease_for
 from .workers import Heartbeat
 
 __all__ = [
@@ -84,6 +87,7 @@ class Drainer:
         commit_mode: CommitMode | str = CommitMode.STRICT,
         batch_size: int | None = None,
         concurrency: int = 1,
+        shared: bool = False,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
@@ -104,6 +108,7 @@ class Drainer:
         if self.batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be at least 1")
         self.concurrency = concurrency
+        self.shared = shared  # many active drainers on the queue (shared.py), none standing by
         self.poll_interval = poll_interval
         # A drainer beating less often than sql.WORKER_ALIVE_WITHIN shows as gone between beats.
         self.heartbeat_interval = heartbeat_interval
@@ -167,9 +172,10 @@ class Drainer:
         return await self._run(wait_for_lock=True, until_empty=False)
 
     async def _run(self, *, wait_for_lock: bool, until_empty: bool) -> DrainResult:
-        lease = Lease(
+        lease = lease_for(
             self.database,
             self.queue,
+            shared=self.shared,
             keepalive=self.keepalive,
             heartbeat_interval=self.heartbeat_interval,
         )
@@ -197,8 +203,9 @@ class Drainer:
             await lease.ping()  # from here on the lock transaction idles without a snapshot
             self.state = "active"
             logger.info(
-                "active on queue %s (%s, batch %d, concurrency %d)",
+                "active on queue %s (%s%s, batch %d, concurrency %d)",
                 self.queue,
+                "shared, " if self.shared else "",
                 self.commit_mode.value,
                 self.batch_size,
                 self.concurrency,

@@ -23,8 +23,10 @@ from sqlalchemy import (
 __all__ = [
     "KEEPALIVE_SETTINGS",
     "LOCK_HOLDERS",
+    "LOCK_SHARED_HOLDERS",
     "LOCK_TRY_XACT",
     "LOCK_TRY_XACT_BIGINT",
+    "LOCK_TRY_XACT_SHARED",
     "LOCK_XACT",
     "NO_TIMEOUTS_LOCAL",
     "PING",
@@ -42,6 +44,15 @@ LOCK_TRY_XACT = select(
 # bytes of the worker's id, and the one-key form keeps it apart from every two-key lock.
 LOCK_TRY_XACT_BIGINT = select(func.pg_try_advisory_xact_lock(bindparam("key", type_=BigInteger)))
 
+# A shared drainer's lock on its queue: any number of shared holders, none while an exclusive
+# one holds the lock or waits for it (PostgreSQL queues a shared request behind a waiting
+# exclusive one), so a queue is drained by shared drainers or by exclusive ones, never both.
+LOCK_TRY_XACT_SHARED = select(
+    func.pg_try_advisory_xact_lock_shared(
+        bindparam("namespace", type_=Integer), bindparam("key", type_=Integer)
+    )
+)
+
 _pg_locks = table(
     "pg_locks",
     column("locktype"),
@@ -50,6 +61,7 @@ _pg_locks = table(
     column("objsubid"),
     column("granted"),
     column("pid"),
+    column("mode"),
     column("database"),
     schema="pg_catalog",
 )
@@ -66,6 +78,22 @@ LOCK_HOLDERS = select(_pg_locks.c.pid).where(
     .scalar_subquery(),
     _pg_locks.c.objsubid == 2,
     _pg_locks.c.granted,
+    cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
+    cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger),
+)
+
+# How many backends hold a two-key advisory lock of this database in shared mode (pg_locks
+# says ShareLock): an exclusive drainer that finds its queue's lock taken asks whether shared
+# drainers hold it. The keys are oids, as for LOCK_HOLDERS.
+LOCK_SHARED_HOLDERS = select(func.count()).where(
+    _pg_locks.c.locktype == "advisory",
+    _pg_locks.c.database
+    == select(_pg_database.c.oid)
+    .where(_pg_database.c.datname == func.current_database())
+    .scalar_subquery(),
+    _pg_locks.c.objsubid == 2,
+    _pg_locks.c.granted,
+    _pg_locks.c.mode == "ShareLock",
     cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
     cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger),
 )

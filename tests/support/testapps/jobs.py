@@ -1,4 +1,4 @@
-"""Job handlers for tests: no-ops, flaky and failing ones, slow ones, and a counter row.
+"""Job handlers for tests: no-ops, flaky and failing ones, slow ones, a counter row, a log.
 
 The counter handler increments one row and logs its job id in the job's transaction: if a
 job's writes were ever applied twice, ``counter.n`` would exceed the number of jobs and
@@ -39,6 +39,17 @@ async def count(session: AsyncSession, payload: Any) -> None:
     """+1 on the counter row and a log line, both in the job's transaction."""
     await session.execute(update(counter).where(counter.c.id == 1).values(n=counter.c.n + 1))
     await session.execute(insert(job_log).values(job=str(payload["n"])))
+    await _hold_or_delay(payload)
+
+
+async def log(session: AsyncSession, payload: Any) -> None:
+    """A log line in the job's transaction, and no shared row: jobs that run at once on many
+    workers (a shared queue) do not wait for each other's row locks, as ``count``'s would."""
+    await session.execute(insert(job_log).values(job=str(payload["n"])))
+    await _hold_or_delay(payload)
+
+
+async def _hold_or_delay(payload: Any) -> None:
     hold = os.environ.get("HOLD_MARKER")
     if hold and payload["n"] == int(os.environ.get("HOLD_AT", "-1")):
         marker = Path(hold)
@@ -107,6 +118,7 @@ def create_app(attempts: dict[str, int] | None = None) -> cronlock.App:
     app.job("flaky", max_retries=5, backoff=cronlock.Backoff(jitter=0))(flaky)
     app.job("always_fail", max_retries=2, backoff=cronlock.Backoff(jitter=0))(always_fail)
     app.job("count")(count)
+    app.job("log")(log)
     app.job("gated")(gated)
     app.job("sleepy", max_retries=0, timeout=0.2)(sleepy)
     app.job("sql_sleepy", max_retries=0, timeout=0.3)(sql_sleepy)
