@@ -82,7 +82,7 @@ def _drainer(app: App, *, shared: bool, **options: object) -> Drainer:
     return app.drainer(shared=shared, heartbeat_interval=0.05, poll_interval=0.05, **options)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("mode", ["strict", "batch"])
+@pytest.mark.parametrize("mode", ["strict", "batch", "lease"])
 async def test_two_shared_drainers_are_active_at_once_and_drain_beside_each_other(
     database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
@@ -101,8 +101,9 @@ async def test_two_shared_drainers_are_active_at_once_and_drain_beside_each_othe
         async with _working(first, second):
             await eventually(lambda: _states_are(database, ["active", "active"]), timeout=10)
             await eventually(lambda: _exists(started), timeout=10)
+            held = "processing" if mode == "lease" else "pending"  # lease mode commits its claim
             await eventually(
-                lambda: _statuses_are(database, {"completed": 20, "pending": 1}), timeout=20
+                lambda: _statuses_are(database, {"completed": 20, held: 1}), timeout=20
             )
             # Status and the metrics show both as active.
             shown = (await collect_queue(database))["queues"]
@@ -228,7 +229,7 @@ async def test_a_standby_that_shared_drainers_overtook_gives_up_waiting(
         await holder.close()
 
 
-@pytest.mark.parametrize("mode", ["strict", "batch"])
+@pytest.mark.parametrize("mode", ["strict", "batch", "lease"])
 async def test_sigkill_of_one_of_two_shared_workers_loses_nothing_and_runs_nothing_twice(
     database: Database, database_url: str, tmp_path: Path, mode: str
 ) -> None:
