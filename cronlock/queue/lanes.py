@@ -69,6 +69,8 @@ class Lane:
     # A handler's session that the handler left untouched, for the next job on this lane's
     # connection (see attempt.py); None when the next job needs a fresh one.
     session: AsyncSession | None = None
+    # After a claim that found nothing: seconds until the next job comes due (None: none).
+    next_due: float | None = None
 
 
 # A claimed payload is jsonb's text output: one JSON value, no whitespace around it, which
@@ -187,12 +189,10 @@ class Lanes:
         if payload == self.queue:
             self.wake()
 
-    async def _idle(self, driver: pg.DriverConnection, lane: Lane) -> None:
-        """Sleep until notified, until the next job is due, or for the poll interval."""
-        seconds = await driver.fetchval(
-            self._next_due.sql, *self._next_due.args(queue=self.queue, now=self._db_now())
-        )
-        timeout = self.poll_interval if seconds is None else min(float(seconds), self.poll_interval)
+    async def _idle(self, lane: Lane) -> None:
+        """Sleep until notified, until the next job comes due, or for the poll interval."""
+        seconds = lane.next_due
+        timeout = self.poll_interval if seconds is None else min(seconds, self.poll_interval)
         if timeout <= 0:
             return
         with contextlib.suppress(TimeoutError):
@@ -264,7 +264,7 @@ class Lanes:
                 continue
             if until_empty:
                 break
-            await self._idle(driver, lane)
+            await self._idle(lane)
 
     async def _batch(self, conn: AsyncConnection, driver: pg.DriverConnection, lane: Lane) -> int:
         """Claim, run and finish one batch in one transaction; the number of jobs claimed.
@@ -281,6 +281,11 @@ class Lanes:
                 self._claim.sql,
                 *self._claim.args(queue=self.queue, limit=self.batch_size, now=self._db_now()),
             )
+            if not rows:  # asked in the claim's transaction: see sql.JOB_NEXT_DUE
+                seconds = await driver.fetchval(
+                    self._next_due.sql, *self._next_due.args(queue=self.queue, now=self._db_now())
+                )
+                lane.next_due = None if seconds is None else float(seconds)
             claimed = [
                 Job(id, job_type, _decode(payload)[0], retry_count, max_retries, created_at)
                 for id, job_type, payload, retry_count, max_retries, created_at in rows

@@ -103,6 +103,7 @@ class LeasedLanes(Lanes):
         self._complete_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
         self._finish_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
         self._hand_back = pg.AsyncpgStatement.of(sql.JOB_LEASE_HAND_BACK, schema)
+        self._next_due = pg.AsyncpgStatement.of(sql.JOB_LEASE_NEXT_DUE, schema)
         # The running attempt of each job, by id (for a cooperative cancel).
         self.running: dict[uuid.UUID, asyncio.Task[Any]] = {}
         self._held = {lane.number: _Held() for lane in self.lanes}
@@ -155,6 +156,11 @@ class LeasedLanes(Lanes):
                 queue=self.queue, limit=self.batch_size, worker=self.owner, now=now
             ),
         )
+        if not rows:  # how long the lane may idle (Lanes._idle)
+            seconds = await driver.fetchval(
+                self._next_due.sql, *self._next_due.args(queue=self.queue, now=now)
+            )
+            lane.next_due = None if seconds is None else float(seconds)
         if len(rows) > 1:  # UPDATE … RETURNING keeps no order: the claim's is priority, due
             rows = sorted(rows, key=lambda r: (-r[7], r[8]))
         claimed: list[Job] = []

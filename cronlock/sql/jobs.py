@@ -60,6 +60,7 @@ __all__ = [
     "JOB_LEASE_COMPLETE_MANY",
     "JOB_LEASE_FINISH_MANY",
     "JOB_LEASE_HAND_BACK",
+    "JOB_LEASE_NEXT_DUE",
     "JOB_LEASE_RECORD_FENCED",
     "JOB_LEASE_RETURN_LOST",
     "JOB_LEASE_STATE",
@@ -278,17 +279,30 @@ JOB_COMPLETE_ONE = (
     )
 )
 
-# Seconds until the next job of a queue is due (NULL: none waiting, or the queue is paused,
+_NOW = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now())
+
+# Seconds until the next job of a queue comes due (NULL: none waiting, or the queue is paused,
 # so an idle drainer of a paused queue waits for the resume's notification or its poll
 # interval instead of spinning on due jobs it may not claim); an idle worker sleeps until
-# then at most.
-JOB_NEXT_DUE = select(
-    func.extract(
-        "epoch",
-        func.min(jobs.c.run_at)
-        - func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()),
-    )
-).where(jobs.c.queue == bindparam("queue", type_=Text), _WAITING, ~QUEUE_PAUSED_NOW)
+# then at most. Sent in the transaction of a claim that found nothing, whose now() it shares:
+# a job already due then was there for the claim to take, so it is held by another lane (a
+# shared queue's other drainers, this drainer's other lanes); counting it would make the lane
+# spin on it until it finished. Its lane's commit, a notification or the poll interval bring
+# the lane back.
+JOB_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _NOW)).where(
+    jobs.c.queue == bindparam("queue", type_=Text),
+    _WAITING,
+    jobs.c.run_at > _NOW,
+    ~QUEUE_PAUSED_NOW,
+)
+
+# The lease mode's: its claim commits at once, so no due job stays held by another lane (but
+# for the instant of another claim).
+JOB_LEASE_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _NOW)).where(
+    jobs.c.queue == bindparam("queue", type_=Text),
+    _WAITING,
+    ~QUEUE_PAUSED_NOW,
+)
 
 # -- the lease commit mode ------------------------------------------------------------------
 #

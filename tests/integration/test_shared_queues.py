@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from testapps import jobs as testjobs
 from waiting import eventually, wait_for
 
-from cronlock import App, Database, Drainer, DrainerConflict, RunStatus, pg
+from cronlock import App, Database, Drainer, DrainerConflict, RunStatus, pg, sql
 from cronlock.observe.prometheus import render_metrics, scrape
 from cronlock.observe.status import collect_queue
 from cronlock.queue.lease import DRAINER_NAMESPACE, queue_lock_key
@@ -292,3 +292,35 @@ def test_the_command_line_refuses_mixing_with_one_line_and_exit_2(
             "serve it beside them; stop them, or start this one with --shared"
         )
     assert answer.stderr.strip().splitlines() == [expected]
+
+
+async def test_an_idle_lane_does_not_count_a_job_another_lane_holds_as_due(
+    database: Database,
+) -> None:
+    # A lane whose claim found nothing sleeps until the next job comes due: a job that was
+    # already due (and so was held by another lane: here a transaction of the test's) does not
+    # count, or the lane would claim again at once, over and over, until that job finished.
+    await _enqueue(database, "log", 1)
+    async with job_app(database) as app, database.session() as session:
+        await app.enqueue(session, "log", {"n": 1}, delay=30)
+        await session.commit()
+    holder = await pg.connect(database, "test-holder")
+    lane = await pg.connect(database, "test-lane")
+    claim = pg.AsyncpgStatement.of(sql.JOB_CLAIM, database.schema)
+    next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, database.schema)
+    try:
+        async with holder.transaction():
+            held = await holder.fetch(claim.sql, *claim.args(queue="default", limit=5, now=None))
+            assert len(held) == 1
+            async with lane.transaction():
+                assert (
+                    await lane.fetch(claim.sql, *claim.args(queue="default", limit=5, now=None))
+                    == []
+                )
+                seconds = await lane.fetchval(
+                    next_due.sql, *next_due.args(queue="default", now=None)
+                )
+        assert 25 < float(seconds) <= 30  # the delayed job, not the held one
+    finally:
+        await holder.close()
+        await lane.close()
