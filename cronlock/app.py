@@ -54,6 +54,7 @@ from .queue.jobs import (
     JobDefaults,
     JobHandler,
     JobType,
+    check_concurrency_limit,
     check_max_retries,
     check_queue,
 )
@@ -285,6 +286,7 @@ class App:
         timeout: float | None = None,
         queue: str = DEFAULT_QUEUE,
         max_lost_runs: int = Handler.max_lost_runs,
+        concurrency_limit: int | None = None,
     ) -> Callable[[JobHandler], JobHandler]:
         """Register ``async def handler(session, payload)`` for ``job_type``.
 
@@ -295,19 +297,24 @@ class App:
         the handler writes with it commits with the job's completion, in one transaction at
         the end (see ``cronlock.queue.leased``); a job whose worker was lost
         ``max_lost_runs`` times while it ran is stopped (failed).
+        ``concurrency_limit`` is how many of its jobs with one concurrency key
+        (``enqueue(..., concurrency_key=...)``) may run at once, across every drainer (1 when
+        not given: a key alone makes its jobs run one at a time).
         """
         _check_name("job type", job_type)
         if job_type in self._handlers:
             raise DuplicateName(f"job type {job_type!r} is already registered")
         check_max_retries(max_retries)
         check_queue(queue)
+        if concurrency_limit is not None:
+            check_concurrency_limit(concurrency_limit)
         if timeout is not None and not timeout > 0:
             raise ConfigurationError(f"job type {job_type!r}: timeout must be positive")
         if not 1 <= max_lost_runs <= MAX_RETRIES_LIMIT:
             raise ConfigurationError(
                 f"job type {job_type!r}: max_lost_runs must be between 1 and {MAX_RETRIES_LIMIT}"
             )
-        self._agree(job_type, queue, max_retries)
+        self._agree(job_type, queue, max_retries, concurrency_limit)
 
         def register(func: JobHandler) -> JobHandler:
             self._handlers[job_type] = Handler(
@@ -318,36 +325,48 @@ class App:
                 timeout=timeout,
                 queue=queue,
                 max_lost_runs=max_lost_runs,
+                concurrency_limit=concurrency_limit,
             )
             return func
 
         return register
 
     def declare_job(
-        self, job_type: str, *, max_retries: int = 3, queue: str = DEFAULT_QUEUE
+        self,
+        job_type: str,
+        *,
+        max_retries: int = 3,
+        queue: str = DEFAULT_QUEUE,
+        concurrency_limit: int | None = None,
     ) -> JobType:
         """Declare ``job_type`` without its handler, so that this app can enqueue it: a
         producer (a web application) that does not import the worker's code. Its jobs get
-        ``queue`` and ``max_retries`` unless the enqueue says otherwise, checked as for
-        ``job()``. A handler registered for it in the same app must agree with both."""
+        ``queue``, ``max_retries`` and ``concurrency_limit`` unless the enqueue says otherwise,
+        checked as for ``job()``. A handler registered for it in the same app must agree."""
         _check_name("job type", job_type)
         if job_type in self._declared:
             raise DuplicateName(f"job type {job_type!r} is already declared")
         check_max_retries(max_retries)
         check_queue(queue)
-        declared = JobType(job_type, queue=queue, max_retries=max_retries)
+        if concurrency_limit is not None:
+            check_concurrency_limit(concurrency_limit)
+        declared = JobType(
+            job_type, queue=queue, max_retries=max_retries, concurrency_limit=concurrency_limit
+        )
         handler = self._handlers.get(job_type)
         if handler is not None:
             self._declared[job_type] = declared  # checked against the handler next
             try:
-                self._agree(job_type, handler.queue, handler.max_retries)
+                self._agree(job_type, handler.queue, handler.max_retries, handler.concurrency_limit)
             except DuplicateName:
                 del self._declared[job_type]
                 raise
         self._declared[job_type] = declared
         return declared
 
-    def _agree(self, job_type: str, queue: str, max_retries: int) -> None:
+    def _agree(
+        self, job_type: str, queue: str, max_retries: int, concurrency_limit: int | None
+    ) -> None:
         """A handler and a declaration of one job type must give its jobs the same defaults:
         a producer enqueueing to one queue while the worker drains another loses them."""
         declared = self._declared.get(job_type)
@@ -358,6 +377,11 @@ class App:
                 f"job type {job_type!r} is declared with queue {declared.queue!r} and "
                 f"max_retries {declared.max_retries}, but its handler has queue {queue!r} and "
                 f"max_retries {max_retries}"
+            )
+        if declared.concurrency_limit != concurrency_limit:
+            raise DuplicateName(
+                f"job type {job_type!r} is declared with concurrency_limit "
+                f"{declared.concurrency_limit}, but its handler has {concurrency_limit}"
             )
 
     @property
@@ -386,6 +410,8 @@ class App:
         priority: int = 0,
         queue: str | None = None,
         dedup_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
         allow_unknown: bool = False,
     ) -> Enqueued:
         """Add a job in the caller's transaction (``executor``); the caller commits.
@@ -395,6 +421,8 @@ class App:
         jobs one at a time when no transaction of the caller's needs to include them.
         Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
         nothing is added and the answer carries that job's id with ``created=False``.
+        With a ``concurrency_key``, at most ``concurrency_limit`` jobs with that key (default:
+        the job type's, else 1) run at once, across every drainer and queue.
         A job type this app neither handles nor declares is an ``UnknownJobType`` unless
         ``allow_unknown``: then it is enqueued with the default queue and retries, and a
         WARNING says that only a drainer whose app has its handler can run it.
@@ -409,6 +437,8 @@ class App:
             priority=priority,
             queue=queue,
             dedup_keys=None if dedup_key is None else [dedup_key],
+            concurrency_keys=None if concurrency_key is None else [concurrency_key],
+            concurrency_limit=concurrency_limit,
             allow_unknown=allow_unknown,
         )
         return answer
@@ -426,12 +456,15 @@ class App:
         priority: int = 0,
         queue: str | None = None,
         dedup_keys: Sequence[str | None] | None = None,
+        concurrency_keys: Sequence[str | None] | None = None,
+        concurrency_limit: int | None = None,
         allow_unknown: bool = False,
     ) -> list[Enqueued]:
         """Add one job per payload with one statement, in the caller's transaction.
 
         Given a ``Database`` instead, the jobs are committed together before this returns.
-        ``allow_unknown`` is ``enqueue``'s.
+        ``dedup_keys`` and ``concurrency_keys`` give one key (or None) per payload;
+        ``concurrency_limit`` and ``allow_unknown`` are ``enqueue``'s.
         """
         known = self.knows(job_type)
         answers = await enqueue_many(
@@ -447,6 +480,8 @@ class App:
             priority=priority,
             queue=queue,
             dedup_keys=dedup_keys,
+            concurrency_keys=concurrency_keys,
+            concurrency_limit=concurrency_limit,
         )
         if not known and job_type not in self._warned_unknown:
             self._warned_unknown.add(job_type)  # once per type: not a line per job

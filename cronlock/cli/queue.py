@@ -62,6 +62,15 @@ def _parse_run_at(value: str | None) -> datetime | None:
 @click.option("--queue", help="Queue name (default: the handler's).")
 @click.option("--dedup-key", help="No new job while one with this key is waiting.")
 @click.option(
+    "--concurrency-key",
+    help="At most --concurrency-limit jobs with this key run at once, across every worker.",
+)
+@click.option(
+    "--concurrency-limit",
+    type=int,
+    help="Jobs with the --concurrency-key that may run at once (default: the type's, else 1).",
+)
+@click.option(
     "--allow-unknown",
     is_flag=True,
     help="Enqueue a job type the app neither handles nor declares (a drainer must know it).",
@@ -78,6 +87,8 @@ def enqueue(
     priority: int,
     queue: str | None,
     dedup_key: str | None,
+    concurrency_key: str | None,
+    concurrency_limit: int | None,
     allow_unknown: bool,
     as_json: bool,
 ) -> None:
@@ -112,6 +123,8 @@ def enqueue(
                 priority=priority,
                 queue=queue,
                 dedup_key=dedup_key,
+                concurrency_key=concurrency_key,
+                concurrency_limit=concurrency_limit,
                 allow_unknown=allow_unknown,
             )
             await session.commit()

@@ -22,7 +22,7 @@ from ..app import App
 from ..errors import ConfigurationError, CronlockError
 from ..outcome import JobStatus
 from ..queue.control import QueueInfo, QueueState
-from ..queue.jobs import MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
+from ..queue.jobs import MAX_CONCURRENCY_LIMIT, MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
 from ..queue.operate import MAX_PAGE_SIZE, ChangeOutcome, JobChange
 from .access import TOKEN_ENV, Access, Guard, GuardedRoute, Surface
 
@@ -75,6 +75,10 @@ class EnqueueRequest(BaseModel):
     priority: StrictInt = Field(default=0, ge=-(2**31), lt=2**31)
     queue: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
     dedup_key: StrictStr | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH)
+    concurrency_key: StrictStr | None = Field(
+        default=None, min_length=1, max_length=MAX_NAME_LENGTH
+    )
+    concurrency_limit: StrictInt | None = Field(default=None, ge=1, le=MAX_CONCURRENCY_LIMIT)
     allow_unknown: StrictBool = Field(
         default=False, description="Enqueue a job type the server's app does not know."
     )
@@ -233,6 +237,8 @@ def create_router(
                 priority=body.priority,
                 queue=body.queue,
                 dedup_key=body.dedup_key,
+                concurrency_key=body.concurrency_key,
+                concurrency_limit=body.concurrency_limit,
                 allow_unknown=body.allow_unknown,
             )
         except CronlockError as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
@@ -26,7 +27,15 @@ from ..database import Database
 from ..errors import InvalidJobOption
 from ..pg import AsyncpgStatement
 from ..sql.tables import SCHEMA
-from .jobs import Enqueued, JobDefaults, check_dedup_keys, handler_for, job_options, to_payload
+from .jobs import (
+    Enqueued,
+    JobDefaults,
+    check_concurrency,
+    check_dedup_keys,
+    handler_for,
+    job_options,
+    to_payload,
+)
 
 __all__ = ["enqueue_many"]
 
@@ -45,6 +54,8 @@ async def enqueue_many(
     priority: int = 0,
     queue: str | None = None,
     dedup_keys: Sequence[str | None] | None = None,
+    concurrency_keys: Sequence[str | None] | None = None,
+    concurrency_limit: int | None = None,
 ) -> list[Enqueued]:
     """Enqueue one job per payload; nothing is written on bad input.
 
@@ -66,6 +77,7 @@ async def enqueue_many(
     else:
         texts = [to_payload(payload, f"payload {i}") for i, payload in enumerate(payloads)]
     keys = check_dedup_keys(dedup_keys, len(texts))
+    limited, limits = check_concurrency(handler, concurrency_keys, concurrency_limit, len(texts))
     if not texts:
         return []
     common = {
@@ -76,8 +88,9 @@ async def enqueue_many(
         "delay": options.delay,
         "max_retries": options.max_retries,
     }
+    per_job = _PerJob(keys, limited, limits)
     if isinstance(executor, Database):
-        return await _on_own_connection(executor, texts, keys, common)
+        return await _on_own_connection(executor, texts, per_job, common)
     # The caller's engine may not translate cronlock's schema: say which one at execution.
     translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
 
@@ -86,15 +99,25 @@ async def enqueue_many(
         rows: Sequence[Sequence[Any]] = result.all()
         return rows
 
-    return await _insert(run, texts, keys, common)
+    return await _insert(run, texts, per_job, common)
+
+
+@dataclass(frozen=True)
+class _PerJob:
+    """What differs from one new job to the next besides its payload (one entry per job)."""
+
+    dedup_keys: list[str | None]
+    concurrency_keys: list[str | None]
+    concurrency_limits: list[int | None]
 
 
 _Run: TypeAlias = Callable[[Executable, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
 
 
 async def _insert(
-    run: _Run, texts: list[str], keys: list[str | None], common: dict[str, Any]
+    run: _Run, texts: list[str], per_job: _PerJob, common: dict[str, Any]
 ) -> list[Enqueued]:
+    keys = per_job.dedup_keys
     answers: list[Enqueued | None] = [None] * len(texts)
     todo = list(range(len(texts)))
     # A waiting job that held a key can finish between the insert and the look-up, freeing
@@ -106,6 +129,8 @@ async def _insert(
             "ids": list(ids.values()),
             "payloads": [texts[i] for i in todo],
             "dedup_keys": [keys[i] for i in todo],
+            "concurrency_keys": [per_job.concurrency_keys[i] for i in todo],
+            "concurrency_limits": [per_job.concurrency_limits[i] for i in todo],
         }
         inserted = {row[0] for row in await run(sql.JOB_INSERT_MANY, params)}
         for i, job_id in ids.items():
@@ -136,7 +161,7 @@ def _compiled(statement: Executable, schema: str) -> AsyncpgStatement:
 
 
 async def _on_own_connection(
-    database: Database, texts: list[str], keys: list[str | None], common: dict[str, Any]
+    database: Database, texts: list[str], per_job: _PerJob, common: dict[str, Any]
 ) -> list[Enqueued]:
     """Enqueue on a connection of ``database`` and commit: the fast path for one job.
 
@@ -148,6 +173,7 @@ async def _on_own_connection(
     explicit transaction; behind PgBouncer (transaction mode) every enqueue does, since only
     a transaction keeps asyncpg's prepare and execute on one server connection.
     """
+    keys = per_job.dedup_keys
     alone = not database.pgbouncer and all(key is None for key in keys)
     quick = database.quick
     driver, pooled = await quick.acquire()
@@ -155,7 +181,13 @@ async def _on_own_connection(
         if len(texts) == 1 and keys[0] is None:
             job_id = uuid.uuid4()
             insert = _compiled(sql.JOB_INSERT_ONE, database.schema)
-            args = insert.args(id=job_id, payload=texts[0], **common)
+            args = insert.args(
+                id=job_id,
+                payload=texts[0],
+                concurrency_key=per_job.concurrency_keys[0],
+                concurrency_limit=per_job.concurrency_limits[0],
+                **common,
+            )
             if alone:
                 await driver.execute(insert.sql, *args)
             else:
@@ -169,10 +201,10 @@ async def _on_own_connection(
                 return await driver.fetch(compiled.sql, *compiled.args(**params))
 
             if alone:
-                answers = await _insert(run, texts, keys, common)
+                answers = await _insert(run, texts, per_job, common)
             else:
                 async with driver.transaction():
-                    answers = await _insert(run, texts, keys, common)
+                    answers = await _insert(run, texts, per_job, common)
     except BaseException:
         # Cancelled or cut mid-statement, the connection's state is unknown: thrown away.
         await quick.release(driver, pooled, broken=True)

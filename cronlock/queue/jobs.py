@@ -27,6 +27,7 @@ from ..errors import InvalidJobOption, InvalidPayload, UnknownJobType
 from ..sql.tables import DEFAULT_QUEUE
 
 __all__ = [
+    "MAX_CONCURRENCY_LIMIT",
     "MAX_DELAY",
     "MAX_NAME_LENGTH",
     "MAX_RETRIES_LIMIT",
@@ -38,6 +39,8 @@ __all__ = [
     "JobHandler",
     "JobOptions",
     "JobType",
+    "check_concurrency",
+    "check_concurrency_limit",
     "check_dedup_keys",
     "check_int4",
     "check_job_type",
@@ -53,6 +56,9 @@ __all__ = [
 JobHandler: TypeAlias = Callable[[AsyncSession, Any], Awaitable[Any]]
 
 MAX_RETRIES_LIMIT = 100
+# The most jobs of one concurrency key that may run at once (a CHECK on jobs too): the claim
+# tries a key's slots one by one.
+MAX_CONCURRENCY_LIMIT = 100
 # Job types, queue names and dedup keys: 1 to this many characters (a CHECK on job_type/queue).
 MAX_NAME_LENGTH = 200
 # The furthest ahead a delay may put a job (a larger one is almost certainly a unit mistake).
@@ -101,6 +107,8 @@ class Handler:
     # The lease commit mode: a job whose worker was lost this many times while it ran is
     # stopped (failed) instead of being handed on again (queue/liveness.py).
     max_lost_runs: int = 3
+    # Jobs of this type with a concurrency key: at most this many with one key run at once.
+    concurrency_limit: int | None = None
 
 
 class JobDefaults(Protocol):
@@ -113,6 +121,8 @@ class JobDefaults(Protocol):
     def queue(self) -> str: ...
     @property
     def max_retries(self) -> int: ...
+    @property
+    def concurrency_limit(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -124,9 +134,15 @@ class JobType:
     job_type: str
     queue: str = DEFAULT_QUEUE
     max_retries: int = 3
+    concurrency_limit: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"job_type": self.job_type, "queue": self.queue, "max_retries": self.max_retries}
+        return {
+            "job_type": self.job_type,
+            "queue": self.queue,
+            "max_retries": self.max_retries,
+            "concurrency_limit": self.concurrency_limit,
+        }
 
 
 @dataclass(frozen=True)
@@ -337,3 +353,35 @@ def check_dedup_keys(keys: Sequence[str | None] | None, count: int) -> list[str 
                 f"a dedup key is a string of 1 to {MAX_NAME_LENGTH} characters, not {key!r}"
             )
     return checked
+
+
+def check_concurrency_limit(limit: int) -> int:
+    check_int4("concurrency_limit", limit)
+    if not 1 <= limit <= MAX_CONCURRENCY_LIMIT:
+        raise InvalidJobOption(
+            f"concurrency_limit must be between 1 and {MAX_CONCURRENCY_LIMIT}, not {limit}"
+        )
+    return limit
+
+
+def check_concurrency(
+    handler: JobDefaults, keys: Sequence[str | None] | None, limit: int | None, count: int
+) -> tuple[list[str | None], list[int | None]]:
+    """Each new job's concurrency key (or None) and its key's limit: the enqueue's ``limit``,
+    else the job type's, else 1 (a key alone makes its jobs run one at a time)."""
+    if keys is None:
+        if limit is not None:
+            raise InvalidJobOption("concurrency_limit needs a concurrency_key")
+        return [None] * count, [None] * count
+    checked = list(keys)
+    if len(checked) != count:
+        raise InvalidJobOption("give one concurrency key (or None) per payload")
+    for key in checked:
+        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_NAME_LENGTH):
+            raise InvalidJobOption(
+                f"a concurrency key is a string of 1 to {MAX_NAME_LENGTH} characters, not {key!r}"
+            )
+    if limit is None:
+        limit = handler.concurrency_limit if handler.concurrency_limit is not None else 1
+    limit = check_concurrency_limit(limit)
+    return checked, [None if key is None else limit for key in checked]

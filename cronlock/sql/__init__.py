@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .histograms import LATENCY_BUCKETS
 from .jobs import (
+    CONCURRENCY_NAMESPACE,
     JOB_BY_DEDUP_KEY,
     JOB_CANCEL,
     JOB_CLAIM,
@@ -26,6 +27,7 @@ from .jobs import (
     JOB_GET,
     JOB_INSERT_MANY,
     JOB_INSERT_ONE,
+    JOB_KEY_SLOT_FREE,
     JOB_LEASE_CLAIM,
     JOB_LEASE_COMPLETE_MANY,
     JOB_LEASE_FINISH_MANY,
@@ -100,6 +102,7 @@ from .workers import (
 )
 
 __all__ = [
+    "CONCURRENCY_NAMESPACE",
     "ITEM_RELEASE",
     "ITEM_RELEASE_AND_SAVEPOINT",
     "ITEM_ROLLBACK",
@@ -115,6 +118,7 @@ __all__ = [
     "JOB_GET",
     "JOB_INSERT_MANY",
     "JOB_INSERT_ONE",
+    "JOB_KEY_SLOT_FREE",
     "JOB_LEASE_CLAIM",
     "JOB_LEASE_COMPLETE_MANY",
     "JOB_LEASE_FINISH_MANY",

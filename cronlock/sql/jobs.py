@@ -39,12 +39,14 @@ from sqlalchemy.dialects.postgresql import ARRAY, BIT, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..locks import namespace_key
 from ..outcome import JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
 from .histograms import buckets
 from .queues import QUEUE_PAUSED_NOW
 from .tables import JOB_DEDUP_PREDICATE, jobs
 
 __all__ = [
+    "CONCURRENCY_NAMESPACE",
     "JOB_BY_DEDUP_KEY",
     "JOB_CANCEL",
     "JOB_CLAIM",
@@ -56,6 +58,7 @@ __all__ = [
     "JOB_GET",
     "JOB_INSERT_MANY",
     "JOB_INSERT_ONE",
+    "JOB_KEY_SLOT_FREE",
     "JOB_LEASE_CLAIM",
     "JOB_LEASE_COMPLETE_MANY",
     "JOB_LEASE_FINISH_MANY",
@@ -90,8 +93,10 @@ _new_jobs = (
         bindparam("ids", type_=ARRAY(Uuid)),
         bindparam("payloads", type_=ARRAY(Text)),
         bindparam("dedup_keys", type_=ARRAY(Text)),
+        bindparam("concurrency_keys", type_=ARRAY(Text)),
+        bindparam("concurrency_limits", type_=ARRAY(Integer)),
     )
-    .table_valued("id", "payload", "dedup_key")
+    .table_valued("id", "payload", "dedup_key", "concurrency_key", "concurrency_limit")
     .render_derived()
 )
 
@@ -101,7 +106,18 @@ _new_jobs = (
 JOB_INSERT_MANY = (
     pg_insert(jobs)
     .from_select(
-        ["id", "job_type", "payload", "queue", "priority", "run_at", "max_retries", "dedup_key"],
+        [
+            "id",
+            "job_type",
+            "payload",
+            "queue",
+            "priority",
+            "run_at",
+            "max_retries",
+            "dedup_key",
+            "concurrency_key",
+            "concurrency_limit",
+        ],
         select(
             cast(_new_jobs.c.id, Uuid),
             bindparam("job_type", type_=Text),
@@ -114,6 +130,8 @@ JOB_INSERT_MANY = (
             ),
             bindparam("max_retries", type_=Integer),
             cast(_new_jobs.c.dedup_key, Text),
+            cast(_new_jobs.c.concurrency_key, Text),
+            cast(_new_jobs.c.concurrency_limit, Integer),
         ),
     )
     .on_conflict_do_nothing(index_elements=[jobs.c.dedup_key], index_where=_DEDUP_WHERE)
@@ -135,6 +153,8 @@ JOB_INSERT_ONE = pg_insert(jobs).values(
         func.now() + bindparam("delay", type_=Interval),
     ),
     max_retries=bindparam("max_retries", type_=Integer),
+    concurrency_key=bindparam("concurrency_key", type_=Text),
+    concurrency_limit=bindparam("concurrency_limit", type_=Integer),
 )
 
 # The waiting jobs that hold some dedup keys (their duplicates were not inserted).
@@ -142,6 +162,49 @@ JOB_BY_DEDUP_KEY = select(jobs.c.dedup_key, jobs.c.id).where(
     jobs.c.dedup_key == any_(bindparam("dedup_keys", type_=ARRAY(Text))), _DEDUP_WHERE
 )
 
+# The advisory-lock namespace of the concurrency keys' slots (two-key locks, as every lock of
+# cronlock's: the namespace and a key in it).
+CONCURRENCY_NAMESPACE = namespace_key("cronlock-concurrency")
+
+_slot = func.generate_series(
+    literal_column("0"), jobs.c.concurrency_limit - literal_column("1")
+).column_valued("slot")
+# Slot n of a key is the lock (CONCURRENCY_NAMESPACE, the first 32 bits of md5(key/n)): a pure
+# function of the key, the same in every session (invariant 1; md5, not hashtext, whose value
+# PostgreSQL does not promise to keep).
+_slot_key = cast(
+    cast(
+        literal_column("'x'").concat(
+            func.left(
+                func.md5(
+                    jobs.c.concurrency_key.concat(literal_column("'/'")).concat(cast(_slot, Text))
+                ),
+                literal_column("8"),
+            )
+        ),
+        BIT(32),
+    ),
+    Integer,
+)
+
+# A job with a concurrency key may start only in a free slot of its key: the claim takes one of
+# the key's concurrency_limit slot locks, transaction-level, so the slot is the claiming
+# transaction's until it commits. In strict and batch mode that transaction is the job's run,
+# and a lane runs one job at a time: at most concurrency_limit lanes, on any drainers, run jobs
+# of one key at once. A transaction re-takes a slot it holds, so a batch may claim several jobs
+# of its key; they run one after another. The filter is evaluated before the row lock (LockRows
+# sits above the scan), so a row that passes it but is skipped as locked keeps its slot taken
+# until the claiming transaction ends: that lowers the key's concurrency for a moment, never
+# raises it above the limit. A job without a key stops at the IS NULL (OR evaluates left to
+# right and stops at the first true).
+JOB_KEY_SLOT_FREE = or_(
+    jobs.c.concurrency_key.is_(None),
+    exists(
+        select(literal_column("1")).where(
+            func.pg_try_advisory_xact_lock(literal_column(str(CONCURRENCY_NAMESPACE)), _slot_key)
+        )
+    ),
+)
 
 # What makes a job claimable, for every commit mode's claim (JOB_CLAIM, JOB_LEASE_CLAIM): a
 # predicate added here applies to all of them.
@@ -159,7 +222,8 @@ _CLAIM_ORDER = (jobs.c.priority.desc(), jobs.c.run_at)
 # :now is NULL except under a test clock; the database's clock is the one every host shares.
 # A paused queue claims nothing: the pause is a row of ``queues``, read by an uncorrelated
 # EXISTS that PostgreSQL evaluates once per claim (an InitPlan: one primary-key probe) as a
-# one-time filter over the same ix_jobs_claim scan, so the plan does not change.
+# one-time filter over the same ix_jobs_claim scan, so the plan does not change. A job with a
+# concurrency key must find a free slot of its key (JOB_KEY_SLOT_FREE).
 JOB_CLAIM = (
     select(
         jobs.c.id,
@@ -170,7 +234,7 @@ JOB_CLAIM = (
         jobs.c.max_retries,
         jobs.c.created_at,
     )
-    .where(*_CLAIMABLE)
+    .where(*_CLAIMABLE, JOB_KEY_SLOT_FREE)
     .order_by(*_CLAIM_ORDER)
     .limit(bindparam("limit", type_=Integer))
     .with_for_update(skip_locked=True, of=jobs)
@@ -297,10 +361,12 @@ JOB_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _NOW)).whe
 )
 
 # The lease mode's: its claim commits at once, so no due job stays held by another lane (but
-# for the instant of another claim).
+# for the instant of another claim); the jobs it may not claim are those with a concurrency
+# key (JOB_LEASE_CLAIM), which it leaves out, or it would spin on them.
 JOB_LEASE_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _NOW)).where(
     jobs.c.queue == bindparam("queue", type_=Text),
     _WAITING,
+    jobs.c.concurrency_key.is_(None),
     ~QUEUE_PAUSED_NOW,
 )
 
@@ -319,7 +385,10 @@ _db_clock = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.
 
 _lease_claimed = (
     select(jobs.c.id)
-    .where(*_CLAIMABLE)
+    # A job with a concurrency key is not the lease mode's: its committed claim would end the
+    # slot lock JOB_KEY_SLOT_FREE takes while the job still runs. Strict and batch drainers
+    # run such jobs (README: Per-key concurrency limits).
+    .where(*_CLAIMABLE, jobs.c.concurrency_key.is_(None))
     .order_by(*_CLAIM_ORDER)
     .limit(bindparam("limit", type_=Integer))
     .with_for_update(skip_locked=True, of=jobs)

@@ -141,11 +141,20 @@ jobs = Table(
     Column("owner", Uuid),
     Column("attempt", Integer, nullable=False, server_default="0"),
     Column("lost_runs", Integer, nullable=False, server_default="0"),
+    # -- per-key concurrency limits (migration 0007): at most concurrency_limit jobs with one
+    # concurrency_key run at once, across every drainer (the claim's JOB_KEY_SLOT_FREE) --
+    Column("concurrency_key", Text),
+    Column("concurrency_limit", Integer),
     CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
     CheckConstraint("retry_count >= 0", name="retry_count"),
     CheckConstraint("max_retries >= 0", name="max_retries"),
     CheckConstraint("length(job_type) BETWEEN 1 AND 200", name="job_type"),
     CheckConstraint("length(queue) BETWEEN 1 AND 200", name="queue"),
+    CheckConstraint(
+        "(concurrency_key IS NULL AND concurrency_limit IS NULL) OR "
+        "(length(concurrency_key) BETWEEN 1 AND 200 AND concurrency_limit BETWEEN 1 AND 100)",
+        name="concurrency",
+    ),
 )
 
 # Serves the claim: the due rows of one queue in claim order (priority, then due time). A row

@@ -53,7 +53,12 @@ async def test_a_producer_enqueues_declared_types(
     async with job_app(database) as worker:
         producer = App()
         declared = producer.declare_job("echo", queue="default", max_retries=1)
-        assert declared.to_dict() == {"job_type": "echo", "queue": "default", "max_retries": 1}
+        assert declared.to_dict() == {
+            "job_type": "echo",
+            "queue": "default",
+            "max_retries": 1,
+            "concurrency_limit": None,
+        }
         producer.use_database(str(database.url))
         try:
             with pytest.raises(UnknownJobType, match="no handler registered for job type"):

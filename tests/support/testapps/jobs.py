@@ -20,6 +20,15 @@ import cronlock
 scratch = MetaData()
 counter = Table("counter", scratch, Column("id", Integer, primary_key=True), Column("n", Integer))
 job_log = Table("job_log", scratch, Column("job", Text, nullable=False))
+# How many ``gauged`` jobs of a gauge run at this moment, and the most that ever did.
+gauge = Table(
+    "gauge",
+    scratch,
+    Column("name", Text, primary_key=True),
+    Column("running", Integer, nullable=False, server_default="0"),
+    Column("peak", Integer, nullable=False, server_default="0"),
+)
+_gauge: dict[str, Any] = {}  # this process's connection to the gauge, and its lock
 
 
 async def noop(session: AsyncSession, payload: Any) -> None:
@@ -47,6 +56,31 @@ async def log(session: AsyncSession, payload: Any) -> None:
     workers (a shared queue) do not wait for each other's row locks, as ``count``'s would."""
     await session.execute(insert(job_log).values(job=str(payload["n"])))
     await _hold_or_delay(payload)
+
+
+async def gauged(session: AsyncSession, payload: Any) -> None:
+    """Counts itself in ``gauge`` while it runs (``payload["ms"]`` milliseconds), on a
+    connection of its own that commits at once: what every worker's jobs of one gauge do at
+    the same moment is visible to all, and the peak is exact (one row, atomic updates)."""
+    import asyncpg
+
+    if "conn" not in _gauge:
+        _gauge["conn"] = await asyncpg.connect(
+            os.environ["CRONLOCK_DATABASE_URL"], server_settings={"application_name": "gauge"}
+        )
+        _gauge["lock"] = asyncio.Lock()
+    conn, lock = _gauge["conn"], _gauge["lock"]
+    name = payload["gauge"]
+    async with lock:
+        await conn.execute(
+            "INSERT INTO gauge AS g (name, running, peak) VALUES ($1, 1, 1) ON CONFLICT (name) "
+            "DO UPDATE SET running = g.running + 1, peak = greatest(g.peak, g.running + 1)",
+            name,
+        )
+    await asyncio.sleep(payload["ms"] / 1000)
+    async with lock:
+        await conn.execute("UPDATE gauge SET running = running - 1 WHERE name = $1", name)
+    await session.execute(insert(job_log).values(job=str(payload["n"])))
 
 
 async def _hold_or_delay(payload: Any) -> None:
@@ -119,6 +153,7 @@ def create_app(attempts: dict[str, int] | None = None) -> cronlock.App:
     app.job("always_fail", max_retries=2, backoff=cronlock.Backoff(jitter=0))(always_fail)
     app.job("count")(count)
     app.job("log")(log)
+    app.job("gauged", concurrency_limit=2)(gauged)
     app.job("gated")(gated)
     app.job("sleepy", max_retries=0, timeout=0.2)(sleepy)
     app.job("sql_sleepy", max_retries=0, timeout=0.3)(sql_sleepy)
