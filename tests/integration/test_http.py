@@ -14,6 +14,7 @@ import httpx
 import pytest
 from itemsupport import count, items_app
 from jobsupport import job_app
+from sqlalchemy import select
 
 from cronlock import App, Database
 from cronlock.http import MAX_BODY_BYTES, PUBLIC_ENV, READ_TOKEN_ENV, TOKEN_ENV, create_api
@@ -98,6 +99,19 @@ async def test_dedup_hit_returns_the_existing_id(client: httpx.AsyncClient) -> N
     assert "dedup_key" in second.json()["detail"]
 
 
+async def test_a_concurrency_key_is_stored_with_its_limit(
+    client: httpx.AsyncClient, database: Database
+) -> None:
+    request = {"job_type": "echo", "concurrency_key": "acct-3", "concurrency_limit": 4}
+    answer = await client.post("/jobs", json=request, headers=AUTH)
+    assert answer.status_code == 201, answer.text
+    async with database.connect() as conn:
+        stored = (
+            await conn.execute(select(jobs.c.concurrency_key, jobs.c.concurrency_limit))
+        ).one()
+    assert tuple(stored) == ("acct-3", 4)
+
+
 @pytest.mark.parametrize(
     ("request_body", "status", "message"),
     [
@@ -112,6 +126,8 @@ async def test_dedup_hit_returns_the_existing_id(client: httpx.AsyncClient) -> N
         ({"job_type": "echo", "run_at": "2030-01-01T00:00:00"}, 422, "timezone"),
         ({"job_type": "echo", "colour": "red"}, 422, "colour: Extra inputs are not permitted"),
         ({"payload": {}}, 422, "job_type: Field required"),
+        ({"job_type": "echo", "concurrency_limit": 2}, 422, "needs a concurrency_key"),
+        ({"job_type": "echo", "concurrency_key": "k", "concurrency_limit": 0}, 422, "limit"),
     ],
 )
 async def test_bad_requests_write_nothing(
