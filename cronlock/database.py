@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlencode
 from uuid import uuid4
 
 from sqlalchemy import URL, make_url
@@ -50,23 +51,174 @@ _FALSE = {"0", "false", "f", "no", "n", "off", ""}
 
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _DRIVERS = {"postgres", "postgresql", "postgresql+asyncpg"}
-# libpq spells TLS "sslmode"; asyncpg's keyword is "ssl" and takes the same values.
-_LIBPQ_RENAMES = {"sslmode": "ssl"}
 
 
 def normalize_url(url: str | URL) -> URL:
-    """The SQLAlchemy asyncpg URL for a PostgreSQL URL as users write them."""
+    """The SQLAlchemy asyncpg URL for a PostgreSQL URL as users write them, its options
+    checked (``url_options`` says what becomes of each)."""
     try:
         parsed = make_url(url) if isinstance(url, str) else url
     except (ArgumentError, ValueError):
         raise ConfigurationError(f"not a database URL: {_redact(str(url))!r}") from None
+    if isinstance(url, str):
+        _check_encoding(parsed, url)
     if parsed.drivername not in _DRIVERS:
         raise ConfigurationError(
             f"unsupported database URL scheme {parsed.drivername!r}: "
             "use postgresql://user@host:port/dbname"
         )
-    query = {_LIBPQ_RENAMES.get(k, k): v for k, v in parsed.query.items()}
-    return parsed.set(drivername="postgresql+asyncpg", query=query)
+    normal = parsed.set(drivername="postgresql+asyncpg")
+    url_options(normal)  # an option cronlock cannot honour is refused now, in one line
+    return normal
+
+
+# libpq's connection keywords as people put them in URLs, and what cronlock does with each
+# (asyncpg takes keywords, not a libpq query string; an option passed through unknown would
+# crash every connection with a TypeError deep in SQLAlchemy).
+# asyncpg reads these from a DSN exactly as libpq does: they are handed to it as one.
+_LIBPQ_DSN = frozenset(
+    {
+        "sslmode",
+        "sslcert",
+        "sslkey",
+        "sslrootcert",
+        "sslcrl",
+        "sslpassword",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "passfile",
+    }
+)
+# Where the server is and who connects (keywords of asyncpg.connect that SQLAlchemy passes
+# on), and SQLAlchemy's own statement cache size: kept in the URL.
+_PASSED = frozenset({"host", "port", "user", "password", "prepared_statement_cache_size"})
+# libpq's client-side keepalives become the server's (as cronlock's own defaults are).
+_KEEPALIVES = {
+    "keepalives_idle": "tcp_keepalives_idle",
+    "keepalives_interval": "tcp_keepalives_interval",
+    "keepalives_count": "tcp_keepalives_count",
+    "tcp_user_timeout": "tcp_user_timeout",
+}
+# asyncpg's own keywords, for postgresql+asyncpg:// URLs written for SQLAlchemy.
+_ASYNCPG_NUMBERS: dict[str, type[int] | type[float]] = {
+    "command_timeout": float,
+    "statement_cache_size": int,
+    "max_cached_statement_lifetime": float,
+    "max_cacheable_statement_size": int,
+}
+_OTHERS = ("dbname", "connect_timeout", "application_name", "options", "keepalives", "ssl")
+_KNOWN = ", ".join(sorted({*_LIBPQ_DSN, *_PASSED, *_KEEPALIVES, *_ASYNCPG_NUMBERS, *_OTHERS}))
+
+
+@dataclass(frozen=True)
+class UrlOptions:
+    """A URL's options as asyncpg takes them: the URL SQLAlchemy connects with (where the
+    server is, who connects), asyncpg keywords, and settings for the server session."""
+
+    url: URL
+    connect_args: dict[str, Any]
+    server_settings: dict[str, str]
+
+
+def url_options(url: URL) -> UrlOptions:
+    """What each option of ``url``'s query becomes for asyncpg; an unknown or malformed one
+    is a ``ConfigurationError`` naming it."""
+    passed: dict[str, str | tuple[str, ...]] = {}
+    dsn: dict[str, str] = {}
+    connect_args: dict[str, Any] = {}
+    settings: dict[str, str] = {}
+    for key, value in url.query.items():
+        one = value[-1] if isinstance(value, tuple) else value
+        if key in _PASSED:
+            passed[key] = value
+        elif key in _LIBPQ_DSN:
+            dsn[key] = one
+        elif key == "ssl":  # asyncpg's name for sslmode (SQLAlchemy users write it)
+            dsn["sslmode"] = one
+        elif key == "dbname":
+            url = url.set(database=one)
+        elif key == "connect_timeout":
+            connect_args["timeout"] = float(_number(key, one, int, minimum=1))
+        elif key == "application_name":
+            settings["application_name"] = one
+        elif key == "options":
+            settings.update(_server_options(one))
+        elif key in _KEEPALIVES:
+            settings[_KEEPALIVES[key]] = str(_number(key, one, int, minimum=0))
+        elif key == "keepalives":
+            if one != "1":
+                raise ConfigurationError(
+                    f"database URL option keepalives={one}: cronlock keeps TCP keepalives on "
+                    "(they are how a vanished host's locks are released); tune them with "
+                    "keepalives_idle, keepalives_interval and keepalives_count"
+                )
+        elif key in _ASYNCPG_NUMBERS:
+            connect_args[key] = _number(key, one, _ASYNCPG_NUMBERS[key], minimum=0)
+        else:
+            raise ConfigurationError(
+                f"unknown database URL option {key!r} (cronlock understands {_KNOWN})"
+            )
+    if dsn:
+        connect_args["dsn"] = "postgresql://?" + urlencode(dsn)
+    return UrlOptions(url.set(query=passed), connect_args, settings)
+
+
+def _number(key: str, value: str, kind: type[int] | type[float], *, minimum: int) -> int | float:
+    try:
+        number = kind(value)
+    except ValueError:
+        number = None
+    if number is None or number < minimum:
+        raise ConfigurationError(
+            f"database URL option {key}={value!r}: expected a number of at least {minimum}"
+        )
+    return number
+
+
+def _server_options(value: str) -> dict[str, str]:
+    """libpq's ``options`` (``-c name=value`` or ``--name=value``, any number of them) as
+    session settings; anything else a server command line takes is refused."""
+    settings: dict[str, str] = {}
+    try:
+        words = shlex.split(value)
+    except ValueError:
+        words = None
+    pending = False
+    for word in words or [""]:
+        if pending:
+            setting, pending = word, False
+        elif word == "-c":
+            pending = True
+            continue
+        elif word.startswith("-c") or word.startswith("--"):
+            setting = word[2:]
+        else:
+            setting = ""
+        name, equals, setting_value = setting.partition("=")
+        if not (equals and name):
+            raise ConfigurationError(
+                f"database URL option options={value!r}: only settings are supported "
+                "(-c name=value or --name=value, e.g. options=-c%20statement_timeout%3D5s)"
+            )
+        settings[name.replace("-", "_")] = setting_value
+    if pending:
+        raise ConfigurationError(f"database URL option options={value!r}: -c needs name=value")
+    return settings
+
+
+def _check_encoding(parsed: URL, url: str) -> None:
+    """A password holding an unencoded ``@`` is read up to its first ``@``: the rest would be
+    taken for the host, and shown as one in every error. Say so, showing none of it."""
+    if parsed.host and "@" in parsed.host:
+        scheme, _, rest = url.partition("://")
+        after = rest.rpartition("@")[2]
+        raise ConfigurationError(
+            f"the database URL {scheme}://***@{after} has a user or password with a character "
+            "that must be percent-encoded (@ as %40, # as %23, / as %2F, : as %3A)"
+        )
 
 
 @dataclass(frozen=True)
@@ -129,7 +281,10 @@ def _unique_statement_name() -> str:
 
 
 def _redact(url: str) -> str:
-    return re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)
+    """The URL with its whole credential hidden, up to the last ``@`` (a password may hold
+    one, unencoded), and any password option of its query."""
+    url = re.sub(r"://[^/?]*@", "://***@", url) if "@" in url else url
+    return re.sub(r"((?:ssl)?password=)[^&]*", r"\1***", url)
 
 
 class Database:
@@ -171,22 +326,24 @@ class Database:
             host=url.host,
             port=url.port,
             database=url.database,
-            query=url.query,
+            query={k: "***" if "password" in k else v for k, v in url.query.items()},
         )
         return unquote(shown.render_as_string(hide_password=False))
 
     @property
     def engine(self) -> AsyncEngine:
         if self._engine is None:
-            url = self.url
+            given = url_options(self.url)
+            url = given.url
             settings = {"application_name": "cronlock"}
-            connect_args: dict[str, Any] = {"server_settings": settings}
+            connect_args: dict[str, Any] = {**given.connect_args, "server_settings": settings}
             if not self.pgbouncer:
                 # A host that vanishes (power loss, partition) holds its transaction, and so
                 # its advisory lock, until the server notices: seconds with these, not the
                 # kernel's two hours. PgBouncer rejects unknown startup parameters; behind it
                 # its own tcp_keepalive settings apply.
                 settings.update(TCP_KEEPALIVE_SETTINGS)
+            settings.update(given.server_settings)  # the URL's own win
             if self.pgbouncer:
                 # PgBouncer in transaction mode hands each transaction any server connection:
                 # a named prepared statement may exist there already, or not at all. asyncpg

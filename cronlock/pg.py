@@ -165,13 +165,18 @@ async def connect(database: Database, application_name: str) -> DriverConnection
     """A bare asyncpg connection to ``database``, outside any pool: for a connection whose
     life is not a checkout's (the drainer's lock, its LISTEN), configured like the engine's
     (unnamed statements behind PgBouncer)."""
-    _, options = _ASYNCPG.create_connect_args(database.url)  # type: ignore[no-untyped-call]
+    from .database import url_options  # database.py builds on this module
+
+    given = url_options(database.url)
+    _, options = _ASYNCPG.create_connect_args(given.url)  # type: ignore[no-untyped-call]
     for key in ("prepared_statement_cache_size", "prepared_statement_name_func"):
         options.pop(key, None)  # SQLAlchemy's own, not asyncpg's
+    options.update(given.connect_args)
     if database.pgbouncer:
         options["statement_cache_size"] = 0  # any server connection, any transaction
     connection: DriverConnection = await asyncpg.connect(
-        **options, server_settings={"application_name": application_name}
+        **options,
+        server_settings={**given.server_settings, "application_name": application_name},
     )
     return connection
 

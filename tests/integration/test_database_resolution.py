@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from cli import invoke, invoke_async
 from sqlalchemy import text
 
 import cronlock
@@ -106,3 +107,50 @@ async def test_an_unmigrated_database_says_run_cronlock_migrate_from_python(
     assert "run `cronlock migrate`" in message, message
     assert "\n" not in message
     assert raised.value.__cause__ is None
+
+
+async def test_libpq_options_in_the_url_reach_the_server(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 16, point 4: connect_timeout= or application_name= crashed every command.
+    joiner = "&" if "?" in database_url else "?"
+    url = (
+        f"{database_url}{joiner}connect_timeout=5&application_name=billing"
+        "&options=-c%20statement_timeout%3D5s"
+    )
+    monkeypatch.setenv("CRONLOCK_DATABASE_URL", url)
+    app = _app()
+    try:
+        async with app.database.connect() as conn:
+            row = (
+                await conn.execute(
+                    text(
+                        "SELECT current_setting('application_name'), "
+                        "current_setting('statement_timeout')"
+                    )
+                )
+            ).one()
+        assert tuple(row) == ("billing", "5s")
+        assert (await app.enqueue(app.database, "hello", {})).created
+    finally:
+        await app.aclose()
+    listed = await invoke_async("list", database_url=url)
+    assert listed.returncode == 0, listed.stderr
+    status = await invoke_async("status", "--json", database_url=url)
+    assert status.returncode == 0, status.stderr
+
+
+def test_an_unknown_url_option_is_one_line_exit_2(database_url: str) -> None:
+    joiner = "&" if "?" in database_url else "?"
+    result = invoke("status", database_url=f"{database_url}{joiner}frobnicate=1")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("Error: unknown database URL option 'frobnicate' (cronlock under")
+
+
+def test_a_password_with_an_at_sign_is_never_shown() -> None:
+    result = invoke("status", database_url="postgresql://u:hunter@2#x@127.0.0.1:1/db")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "hunter" not in line and "2#x" not in line
+    assert "postgresql://***@127.0.0.1:1/db" in line and "%40" in line
