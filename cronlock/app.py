@@ -99,6 +99,12 @@ def _schema_checked(
 
 
 def _duration(name: str, option: str, value: Seconds) -> timedelta:
+    if not isinstance(value, timedelta) and (
+        isinstance(value, bool) or not isinstance(value, int | float)
+    ):
+        raise ConfigurationError(
+            f"task {name!r}: {option} must be seconds (a number) or a timedelta, not {value!r}"
+        )
     duration = value if isinstance(value, timedelta) else timedelta(seconds=value)
     if duration < timedelta(0):
         raise ConfigurationError(f"task {name!r}: {option} must not be negative")
@@ -123,6 +129,8 @@ def _slot_policy(
         raise ConfigurationError(
             f"task {name!r}: misfire must be one of {choices}, not {misfire!r}"
         ) from None
+    if isinstance(catch_up_limit, bool) or not isinstance(catch_up_limit, int):
+        raise ConfigurationError(f"task {name!r}: catch_up_limit must be an integer")
     if catch_up_limit < 1:
         raise ConfigurationError(f"task {name!r}: catch_up_limit must be at least 1")
     policy = SlotPolicy(
@@ -158,7 +166,7 @@ def _verb(name: str) -> operate.Verb:
 
 
 def _check_name(kind: str, name: str) -> None:
-    if not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigurationError(
             f"invalid {kind} name {name!r}: use letters, digits and . _ : - (at most 200)"
         )
@@ -239,7 +247,14 @@ class App:
         policy = _slot_policy(
             name, schedule, grace, early, misfire, max_lateness, catch_up_limit, jitter
         )
-        ns, key = namespace_key(namespace), lock_key(name)
+        if isinstance(namespace, bool) or not isinstance(namespace, str | int):
+            raise ConfigurationError(
+                f"task {name!r}: namespace must be a name or an int4, not {namespace!r}"
+            )
+        try:
+            ns, key = namespace_key(namespace), lock_key(name)
+        except ValueError as exc:
+            raise ConfigurationError(f"task {name!r}: {exc}") from None
         owner = self._lock_owners.get((ns, key))
         if owner is not None:
             raise LockKeyCollision(
@@ -308,7 +323,13 @@ class App:
         check_queue(queue)
         if concurrency_limit is not None:
             check_concurrency_limit(concurrency_limit)
-        if timeout is not None and not timeout > 0:
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise ConfigurationError(
+                f"job type {job_type!r}: backoff must be a cronlock.Backoff, not {backoff!r}"
+            )
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
             raise ConfigurationError(f"job type {job_type!r}: timeout must be positive")
         if not 1 <= max_lost_runs <= MAX_RETRIES_LIMIT:
             raise ConfigurationError(

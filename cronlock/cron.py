@@ -291,6 +291,10 @@ class CronSchedule:
 
     @classmethod
     def parse(cls, expression: str, timezone: str | tzinfo | None = None) -> CronSchedule:
+        if not isinstance(expression, str):
+            raise InvalidCron(
+                f"invalid cron expression {expression!r}: give a string such as '*/15 * * * *'"
+            )
         zone = (
             timezone
             if isinstance(timezone, ZoneInfo)

@@ -21,6 +21,7 @@ def load_app(spec: str) -> App:
     module_name, _, attr = spec.partition(":")
     if not module_name:
         raise AppNotFound(f"invalid --app {spec!r}: expected MODULE[:ATTR]")
+
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -29,6 +30,13 @@ def load_app(spec: str) -> App:
     except CronlockError:
         raise  # a bad registration (invalid cron, colliding keys) says it best itself
     except ModuleNotFoundError as exc:
+        if module_name.endswith(".py") or "/" in module_name:
+            dotted = module_name.removesuffix(".py").removeprefix("./").strip("/")
+            guess = dotted.replace("/", ".") + (f":{attr}" if attr else "")
+            raise AppNotFound(
+                f"cannot import app module {module_name!r}: --app takes a module name, not a "
+                f"file: did you mean `--app {guess}`? (from the directory that holds it)"
+            ) from None
         if exc.name and module_name.startswith(exc.name):
             raise AppNotFound(
                 f"cannot import app module {module_name!r}: no such module "
@@ -38,6 +46,11 @@ def load_app(spec: str) -> App:
     except Exception as exc:
         raise AppNotFound(
             f"cannot import app module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    except SystemExit as exc:  # a module that exits on import is not an App (nor our exit code)
+        raise AppNotFound(
+            f"cannot import app module {module_name!r}: it called sys.exit({exc.code!r}) "
+            "on import (guard its script part with if __name__ == '__main__')"
         ) from None
     if attr:
         found = getattr(module, attr, None)

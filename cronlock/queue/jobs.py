@@ -249,9 +249,23 @@ def check_int4(name: str, value: int) -> None:
         raise InvalidJobOption(f"{name} must be an integer that fits in 32 bits, not {value!r}")
 
 
+def storable(text: str) -> bool:
+    """Whether PostgreSQL can store ``text`` in a text column: no NUL character, no lone
+    surrogate (which has no UTF-8)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_queue(queue: str) -> str:
     if not isinstance(queue, str) or not 1 <= len(queue) <= MAX_NAME_LENGTH:
         raise InvalidJobOption(f"invalid queue name {queue!r}: 1 to {MAX_NAME_LENGTH} characters")
+    if not storable(queue):
+        raise InvalidJobOption(f"invalid queue name {queue!r}: a NUL or a lone surrogate")
     return queue
 
 
@@ -267,6 +281,8 @@ def check_max_retries(max_retries: int) -> int:
 def check_job_type(job_type: str) -> str:
     if not isinstance(job_type, str) or not 1 <= len(job_type) <= MAX_NAME_LENGTH:
         raise InvalidJobOption(f"invalid job type {job_type!r}: 1 to {MAX_NAME_LENGTH} characters")
+    if not storable(job_type):
+        raise InvalidJobOption(f"invalid job type {job_type!r}: a NUL or a lone surrogate")
     return job_type
 
 
@@ -348,9 +364,12 @@ def check_dedup_keys(keys: Sequence[str | None] | None, count: int) -> list[str 
     if len(checked) != count:
         raise InvalidJobOption("give one dedup key (or None) per payload")
     for key in checked:
-        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_NAME_LENGTH):
+        if key is not None and (
+            not isinstance(key, str) or not 1 <= len(key) <= MAX_NAME_LENGTH or not storable(key)
+        ):
             raise InvalidJobOption(
-                f"a dedup key is a string of 1 to {MAX_NAME_LENGTH} characters, not {key!r}"
+                f"a dedup key is a string of 1 to {MAX_NAME_LENGTH} characters (no NUL, no lone "
+                f"surrogate), not {key!r}"
             )
     return checked
 

@@ -39,7 +39,7 @@ from ..outcome import (
     JOB_WAITING_STATUSES,
     JobStatus,
 )
-from .jobs import check_queue
+from .jobs import check_job_type, check_queue
 
 __all__ = [
     "BULK_BATCH_SIZE",
@@ -278,8 +278,8 @@ class JobFilter:
         for name, moment in (("created_after", created_after), ("created_before", created_before)):
             if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
                 raise InvalidJobOption(f"{name} must be a timezone-aware datetime")
-        if job_type is not None and not (isinstance(job_type, str) and 1 <= len(job_type) <= 200):
-            raise InvalidJobOption(f"invalid job type {job_type!r}")
+        if job_type is not None:
+            check_job_type(job_type)
         return cls(
             statuses=tuple(dict.fromkeys(statuses)),
             queue=None if queue is None else check_queue(queue),

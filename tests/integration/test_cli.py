@@ -96,6 +96,15 @@ async def test_skipped_run_exit_0_or_the_chosen_code(database: Database, databas
         ),
         (("--app", "no_such_module", "list"), "cannot import app module 'no_such_module'"),
         (
+            ("--app", "testapps.exits", "list"),
+            "cannot import app module 'testapps.exits': it called sys.exit(5) on import",
+        ),
+        (
+            ("--app", "testapps/jobs.py", "list"),
+            "not a file: did you mean `--app testapps.jobs`?",
+        ),
+        (("--app", "myapp.py:app", "list"), "did you mean `--app myapp:app`?"),
+        (
             ("--app", "testapps.items", "--schema", "Bad Name", "run", "thousand"),
             "invalid schema name",
         ),

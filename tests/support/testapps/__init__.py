@@ -2,4 +2,4 @@
 health) has ``create_app()``, which builds a new App with its tasks or handlers, so that every
 test has its own; its module-level ``app`` is what a command started with
 ``--app testapps.<module>`` loads (in its own process, or freshly imported in this one). The
-others (badcron, broken, crontabapp) are only ever loaded by commands."""
+others (badcron, broken, crontabapp, exits) are only ever loaded by commands."""
