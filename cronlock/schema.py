@@ -25,8 +25,10 @@ __all__ = [
     "downgrade",
     "ensure_ready",
     "head_revision",
+    "is_schema_missing",
     "migrations_directory",
     "schema_missing",
+    "sqlstate",
     "upgrade",
 ]
 
@@ -106,18 +108,27 @@ async def ensure_ready(database: Database) -> None:
         )
 
 
+def is_schema_missing(exc: BaseException) -> bool:
+    """Whether ``exc``, an error of one of cronlock's own statements, says a table, column,
+    function or schema it names is not there: cronlock's schema is missing or behind."""
+    return sqlstate(exc) in _MISSING_OBJECT_STATES
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a driver error, wrapped by SQLAlchemy or not."""
+    original = getattr(exc, "orig", None) or exc
+    found = getattr(original, "sqlstate", None) or getattr(original.__cause__, "sqlstate", None)
+    return found if isinstance(found, str) else None
+
+
 def schema_missing(database: Database | None, schema_name: str, exc: BaseException) -> str | None:
     """The one line for ``exc``, an error of one of cronlock's own statements, when it says
     cronlock's schema is missing or behind (a table, column or function that is not there),
     else None: what the Python API raises where a command would have checked before it
     started (``ensure_ready``), without a query of its own on the way."""
-    original = getattr(exc, "orig", None) or exc
-    state = getattr(original, "sqlstate", None)
-    if state is None:
-        cause = original.__cause__
-        state = getattr(cause, "sqlstate", None)
-    if state not in _MISSING_OBJECT_STATES:
+    if sqlstate(exc) not in _MISSING_OBJECT_STATES:
         return None
+    original = getattr(exc, "orig", None) or exc
     detail = str(original).strip().splitlines()[0] if str(original).strip() else ""
     where = f" in {database.display_url}" if database is not None else ""
     return (

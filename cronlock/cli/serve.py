@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+
 import click
 
+from .. import schema
 from . import render
-from .context import Options, UsageFailure, pass_options
+from .context import Options, UsageFailure, pass_options, run
 
 __all__ = ["serve"]
 
@@ -47,10 +50,24 @@ def serve(options: Options, host: str, port: int, public: str | None, insecure_o
             f"enqueue jobs and read them; set {TOKEN_ENV} (or pass --insecure-open)"
         )
     app = options.load_app()
-    options.database(app)
+    database = options.database(app)
+    # As worker and scheduler do: a database that is not migrated is one line and exit 2 now,
+    # not a 503 for every request later.
+    run(lambda: schema.ensure_ready(database), database)
     api = create_api(app, public=public)
     if access.open:
         note = render.open_api(host, port, loopback=is_loopback(host), token_env=TOKEN_ENV)
         click.echo(note, err=True)
-    # uvicorn runs its own loop and its own signal handling (a graceful shutdown on SIGTERM).
-    uvicorn.run(api, host=host, port=port, log_level="info")
+    # uvicorn runs its own loop and its own graceful shutdown on SIGTERM/SIGINT; once done it
+    # raises the signal again for the handler it found. Found ours, the stop is a success and
+    # the exit code 0, as `cronlock worker` and `cronlock scheduler` exit.
+    stopped: list[int] = []
+    previous = {
+        signum: signal.signal(signum, lambda signum, frame: stopped.append(signum))
+        for signum in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        uvicorn.run(api, host=host, port=port, log_level="info")
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConfigurationError
+from sqlalchemy.exc import DBAPIError
+
+from .. import schema
+from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable
 
 try:
     from fastapi import HTTPException, Request, Response
@@ -55,6 +59,8 @@ __all__ = [
     "Surface",
     "is_loopback",
 ]
+
+logger = logging.getLogger("cronlock.http")
 
 TOKEN_ENV = "CRONLOCK_API_TOKEN"
 READ_TOKEN_ENV = "CRONLOCK_API_READ_TOKEN"
@@ -237,7 +243,9 @@ def _bounded(receive: Receive, limit: int) -> Receive:
 
 class GuardedRoute(APIRoute):
     """An ``APIRoute`` that answers 401/403 (no valid token), 400 (a Content-Length that is not
-    a number) or 413 (a body over ``max_body_bytes``) before FastAPI reads the body."""
+    a number) or 413 (a body over ``max_body_bytes``) before FastAPI reads the body; and, after
+    it, 422 for input a route let through that cronlock or PostgreSQL refuses, 503 for a
+    database without cronlock's schema: never a 500 for input."""
 
     max_body_bytes = MAX_BODY_BYTES
 
@@ -264,5 +272,39 @@ class GuardedRoute(APIRoute):
                 return await handler(Request(request.scope, _bounded(request.receive, limit)))
             except BodyTooLarge:
                 return _too_large(limit).response()
+            except CronlockError as exc:
+                return _refusal_of(exc, told=guard is not None).response()
+            except DBAPIError as exc:
+                refusal = _refusal_of_database(exc)
+                if refusal is None:
+                    raise
+                return refusal.response()
 
         return guarded
+
+
+def _refusal_of(exc: CronlockError, *, told: bool) -> Refusal:
+    """A cronlock error a route did not answer itself: input is a 422, a database that is not
+    there or not migrated a 503 (its reason, which names the database, only to a caller who
+    showed a token); never a 500."""
+    if isinstance(exc, DatabaseUnavailable):
+        logger.warning("%s", exc, extra={"action": "http_database_unavailable"})
+        return Refusal(503, str(exc) if told else "the database is unavailable")
+    return Refusal(422, str(exc))
+
+
+def _refusal_of_database(exc: DBAPIError) -> Refusal | None:
+    """The driver's errors that input or the schema cause, as 422 or 503; None for others."""
+    if schema.is_schema_missing(exc):
+        line = (
+            "cronlock's schema is not installed or not migrated to this cronlock's revision: "
+            "run `cronlock migrate`"
+        )
+        logger.warning("%s", line, extra={"action": "http_database_unavailable"})
+        return Refusal(503, line)
+    state = schema.sqlstate(exc) or ""
+    if state.startswith("22"):  # a data exception: a value of the request PostgreSQL refuses
+        original = getattr(exc, "orig", None) or exc
+        detail = str(original).strip().splitlines()[0] if str(original).strip() else state
+        return Refusal(422, f"a value of the request cannot be stored: {detail}")
+    return None

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from .. import schema, sql
 from ..app import App
-from ..errors import ConfigurationError, CronlockError
+from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable
 from ..outcome import JobStatus
 from ..queue.control import QueueInfo, QueueState
 from ..queue.jobs import MAX_CONCURRENCY_LIMIT, MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
@@ -241,6 +241,8 @@ def create_router(
                 concurrency_limit=body.concurrency_limit,
                 allow_unknown=body.allow_unknown,
             )
+        except DatabaseUnavailable:
+            raise  # a 503 (GuardedRoute), not the request's fault
         except CronlockError as exc:
             raise HTTPException(422, str(exc)) from None
         warning = (
@@ -283,6 +285,8 @@ def create_router(
                 limit=limit,
                 cursor=cursor,
             )
+        except DatabaseUnavailable:
+            raise  # a 503 (GuardedRoute), not the request's fault
         except CronlockError as exc:
             raise HTTPException(422, str(exc)) from None
         return JobPageView.model_validate(page.to_dict())

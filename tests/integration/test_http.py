@@ -273,3 +273,56 @@ def _operations(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for path, methods in spec["paths"].items()
         for method, operation in methods.items()
     }
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/jobs", {"job_type": "noop"}),
+        ("GET", "/jobs", None),
+        ("GET", f"/jobs/{uuid.UUID(int=1)}", None),
+        ("GET", "/runs", None),
+        ("GET", "/queues", None),
+        ("POST", "/queues/default/pause", None),
+        ("GET", "/metrics", None),
+    ],
+)
+async def test_an_unmigrated_database_is_a_503_with_the_reason(
+    empty_database: Database, method: str, path: str, body: dict[str, Any] | None
+) -> None:
+    # Issue 16, point 7: a router in someone's app on an unmigrated database answered 500.
+    app = App()
+    app.declare_job("noop")
+    app.use_database(str(empty_database.url))
+    transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:
+            answer = await http.request(method, path, json=body, headers=AUTH)
+    finally:
+        await app.aclose()
+    assert answer.status_code == 503, answer.text
+    assert "run `cronlock migrate`" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/jobs", {"job_type": "echo", "queue": "a\u0000b"}),
+        ("POST", "/jobs", {"job_type": "nope", "allow_unknown": True, "dedup_key": "k\u0000"}),
+        ("POST", "/jobs", {"job_type": "no\u0000pe", "allow_unknown": True}),
+        ("GET", "/jobs?job_type=%00", None),
+        ("GET", "/jobs?queue=%00", None),
+        ("GET", "/runs?task=%00", None),
+        ("POST", "/queues/%00/pause", None),
+        ("POST", "/queues/%00/resume", None),
+    ],
+)
+async def test_a_nul_anywhere_in_the_request_is_a_422_not_a_500(
+    client: httpx.AsyncClient, database: Database, method: str, path: str, body: Any
+) -> None:
+    # Issue 16, point 6: the HTTP server never answers 500 to input.
+    answer = await client.request(method, path, json=body, headers=AUTH)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"]
+    async with database.connect() as conn:
+        assert (await conn.execute(jobs.select())).all() == []
