@@ -39,6 +39,7 @@ from .scheduler import Scheduler
 __all__ = [
     "DEFAULT_GRACE_PERIOD",
     "DRAINER_RESTART_DELAY",
+    "OnSignal",
     "serve_drain",
     "serve_scheduler",
     "serve_worker",
@@ -54,19 +55,28 @@ DRAINER_RESTART_DELAY = 5.0
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+# Told of each signal a serve call handles: the signal, and whether it aborts (a signal after
+# the stop request) rather than asks for a graceful stop. The command line says what happens.
+OnSignal = Callable[[signal.Signals, bool], None]
+
+
 class _Shutdown:
     """One serve call's stop requests: the caller's event, and the signals when asked.
 
     The first request sets ``stop``; a signal that comes after it sets ``urgent`` too."""
 
-    def __init__(self, stop: asyncio.Event | None) -> None:
+    def __init__(self, stop: asyncio.Event | None, on_signal: OnSignal | None = None) -> None:
         self.stop = stop if stop is not None else asyncio.Event()
         self.urgent = asyncio.Event()
+        self.on_signal = on_signal
 
-    def _signalled(self) -> None:
-        if self.stop.is_set():
+    def _signalled(self, signum: signal.Signals) -> None:
+        urgent = self.stop.is_set()
+        if urgent:
             self.urgent.set()
         self.stop.set()
+        if self.on_signal is not None:
+            self.on_signal(signum, urgent)
 
     @contextlib.contextmanager
     def signals(self, handle: bool) -> Iterator[None]:
@@ -77,7 +87,7 @@ class _Shutdown:
         previous: dict[signal.Signals, Any] = {}
         for signum in SIGNALS:
             previous[signum] = signal.getsignal(signum)
-            loop.add_signal_handler(signum, self._signalled)
+            loop.add_signal_handler(signum, self._signalled, signum)
         try:
             yield
         finally:
@@ -118,12 +128,14 @@ async def serve_worker(
     grace_period: float = DEFAULT_GRACE_PERIOD,
     stop: asyncio.Event | None = None,
     handle_signals: bool = False,
+    on_signal: OnSignal | None = None,
 ) -> DrainResult:
     """Run ``drainer`` (``app.drainer(...)``) as a worker until stopped: it stands by while
     another drainer of its queue is active, takes over when that one stops or dies, and
     processes jobs as they come. Returns its result once stopped (the module docstring says
-    how a stop is graceful); ``cronlock worker`` is this."""
-    shutdown = _Shutdown(stop)
+    how a stop is graceful); ``cronlock worker`` is this. ``on_signal`` is told of each
+    signal handled (the signal; whether it aborts)."""
+    shutdown = _Shutdown(stop, on_signal)
     with shutdown.signals(handle_signals):
         return await _serve(drainer, drainer.work, shutdown, grace_period)
 
@@ -135,10 +147,12 @@ async def serve_drain(
     grace_period: float = DEFAULT_GRACE_PERIOD,
     stop: asyncio.Event | None = None,
     handle_signals: bool = False,
+    on_signal: OnSignal | None = None,
 ) -> DrainResult:
     """Drain with ``drainer`` until no job is due or ``max_seconds`` passed (skipped when
-    another drainer is active), stopping gracefully when asked; ``cronlock drain`` is this."""
-    shutdown = _Shutdown(stop)
+    another drainer is active), stopping gracefully when asked; ``cronlock drain`` is this.
+    ``on_signal`` is ``serve_worker``'s."""
+    shutdown = _Shutdown(stop, on_signal)
     with shutdown.signals(handle_signals):
         return await _serve(
             drainer, lambda: drainer.drain(max_seconds=max_seconds), shutdown, grace_period

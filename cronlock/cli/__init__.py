@@ -13,7 +13,8 @@ calls the library, renders what it got (``render``) and exits with its code (``c
     bench      bench                          measure cronlock on this database
 
 Exit codes (DESIGN.md): 0 completed or skipped, 1 the run failed and rolled back, 2 usage or
-configuration error (one line on stderr, never a traceback), 3 partial.
+configuration error (one line on stderr, never a traceback), 3 partial; a drain a signal
+stopped exits 128 + the signal's number (130 Ctrl-C, 143 SIGTERM).
 """
 
 from __future__ import annotations

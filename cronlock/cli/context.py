@@ -26,6 +26,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_PARTIAL",
+    "EXIT_SIGNAL_BASE",
     "EXIT_USAGE",
     "Options",
     "UsageFailure",
@@ -39,6 +40,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3
+# A drain a signal stopped exits 128 + its number (130 Ctrl-C, 143 SIGTERM), as shells report.
+EXIT_SIGNAL_BASE = 128
 
 T = TypeVar("T")
 

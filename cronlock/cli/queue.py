@@ -7,6 +7,7 @@ signals handled; their options' defaults are the library's (``App.drainer``'s, t
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NoReturn
@@ -25,6 +26,7 @@ from . import render
 from .context import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_SIGNAL_BASE,
     Options,
     UsageFailure,
     exit_code,
@@ -185,6 +187,26 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+class _Signals:
+    """What ``drain`` and ``worker`` say at each signal (what they wait for, that a second
+    signal aborts), and the first signal that came."""
+
+    def __init__(self, command: str, grace_period: float) -> None:
+        self.command = command
+        self.grace_period = grace_period
+        self.drainer: Drainer | None = None
+        self.received: signal.Signals | None = None
+
+    def __call__(self, signum: signal.Signals, aborts: bool) -> None:
+        if self.received is None:
+            self.received = signum
+        in_flight = self.drainer.in_flight if self.drainer is not None else 0
+        line = render.signal_received(
+            self.command, signum, aborts=aborts, in_flight=in_flight, grace=self.grace_period
+        )
+        click.echo(line, err=True)
+
+
 def drain_queue(
     options: Options,
     make: MakeDrainer,
@@ -194,22 +216,38 @@ def drain_queue(
     as_json: bool,
     skipped_exit_code: int,
 ) -> NoReturn:
-    """``cronlock drain`` (and ``cronlock run drain``): drain once, print, exit."""
+    """``cronlock drain`` (and ``cronlock run drain``): drain once, print, exit.
+
+    A drain stopped by a signal says ``interrupted`` and exits 128 + the signal's number (130
+    for Ctrl-C, 143 for SIGTERM), as a shell reports a command a signal ended: what it
+    committed stays committed, but the queue was not drained."""
     app = options.load_app()
     database = options.database(app)
+    signals = _Signals("drain", grace_period)
 
     async def go() -> DrainResult:
         await schema.ensure_ready(database)
+        signals.drainer = make(app)
         return await serve_drain(
-            make(app), max_seconds=max_seconds, grace_period=grace_period, handle_signals=True
+            signals.drainer,
+            max_seconds=max_seconds,
+            grace_period=grace_period,
+            handle_signals=True,
+            on_signal=signals,
         )
 
     result = run(go, app)
+    interrupted = signals.received
     if as_json:
-        click.echo(json.dumps(result.to_dict()))
+        report = result.to_dict()
+        if interrupted is not None:
+            report["interrupted"] = interrupted.name
+        click.echo(json.dumps(report))
     else:
-        for line in render.describe_drain(result):
+        for line in render.describe_drain(result, interrupted):
             click.echo(line)
+    if interrupted is not None and result.status is not RunStatus.FAILED:
+        exit_with(EXIT_SIGNAL_BASE + interrupted)
     exit_with(exit_code(result, skipped_exit_code))
 
 
@@ -243,7 +281,8 @@ def drain(
 ) -> None:
     """Process due jobs until none is due or S seconds passed; skip if another (exclusive)
     drainer is active. Exit 0 all went well, 3 some attempts failed, 1 the drainer failed,
-    2 exclusive and shared drainers met on the queue."""
+    2 exclusive and shared drainers met on the queue, 130/143 interrupted by SIGINT/SIGTERM (a
+    second signal aborts the jobs in flight)."""
     drain_queue(
         options,
         lambda app: app.drainer(
@@ -307,12 +346,13 @@ def worker(
     app = options.load_app()
     serve_metrics = _metrics_server() if metrics_port else None
     database = options.database(app)
+    signals = _Signals("worker", grace_period)
 
     async def go() -> DrainResult:
         await schema.ensure_ready(database)
         if serve_metrics is not None:
             await serve_metrics(database, metrics_host, metrics_port, app.tasks.values())
-        drainer = app.drainer(
+        signals.drainer = app.drainer(
             queue=queue,
             commit_mode=commit_mode,
             batch_size=batch_size,
@@ -320,7 +360,9 @@ def worker(
             shared=shared,
             poll_interval=poll_interval,
         )
-        return await serve_worker(drainer, grace_period=grace_period, handle_signals=True)
+        return await serve_worker(
+            signals.drainer, grace_period=grace_period, handle_signals=True, on_signal=signals
+        )
 
     result = run(go, app)
     click.echo(json.dumps(result.to_dict()))

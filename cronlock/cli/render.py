@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = [
     "queue_table",
     "retention_entry",
     "scheduler_started",
+    "signal_received",
     "table",
     "task_entries",
     "task_table",
@@ -197,18 +199,45 @@ def enqueued(answer: Enqueued, dedup_key: str | None) -> str:
     return f"{answer.id} (already waiting with dedup key {dedup_key!r})"
 
 
-def describe_drain(result: DrainResult) -> list[str]:
+def describe_drain(
+    result: DrainResult, interrupted: signal.Signals | None = None, *, command: str = "drain"
+) -> list[str]:
     stats = result.stats
     if result.status is RunStatus.SKIPPED:
-        return [f"drain {result.queue}: skipped ({result.skip_reason})"]
+        return [f"{command} {result.queue}: skipped ({result.skip_reason})"]
+    outcome = (
+        result.status.value
+        if interrupted is None or result.status is RunStatus.FAILED
+        else f"interrupted ({interrupted.name})"
+    )
     lines = [
-        f"drain {result.queue}: {result.status.value} — {stats['processed']} completed, "
+        f"{command} {result.queue}: {outcome} — {stats['processed']} completed, "
         f"{stats['retried']} retrying, {stats['failed']} failed in {stats['elapsed_seconds']} s "
         f"({stats['throughput_per_sec']} jobs/s, p95 {stats['p95_latency_ms']} ms)"
     ]
     if result.error:
         lines.append(f"  error: {result.error}")
     return lines
+
+
+def signal_received(
+    command: str, signum: signal.Signals, *, aborts: bool, in_flight: int, grace: float
+) -> str:
+    """What ``drain`` and ``worker`` say when a signal comes: what they wait for, and how to
+    stop waiting."""
+    jobs = "1 job" if in_flight == 1 else f"{in_flight:,} jobs"
+    if aborts:
+        return (
+            f"cronlock {command}: {signum.name} again: aborting; the {jobs} in flight roll back "
+            "and stay queued"
+        )
+    if not in_flight:
+        return f"cronlock {command}: {signum.name}: stopping (no job in flight)"
+    return (
+        f"cronlock {command}: {signum.name}: stopping; no new jobs; waiting up to {grace:g} s "
+        f"for the {jobs} in flight to finish and commit (a second signal aborts them: they "
+        "roll back and stay queued)"
+    )
 
 
 # -- the HTTP API ----------------------------------------------------------------------------

@@ -157,6 +157,11 @@ class Drainer:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    @property
+    def in_flight(self) -> int:
+        """How many jobs its lanes are running now."""
+        return self._lanes.in_flight if self._lanes is not None else 0
+
     # -- the two ways to run --------------------------------------------------------------
 
     async def drain(self, *, max_seconds: float | None = None) -> DrainResult:
@@ -299,7 +304,7 @@ class Drainer:
             "processed": self.stats.processed,
             "failed": self.stats.failed,
             "retried": self.stats.retried,
-            "in_flight": self._lanes.in_flight if self._lanes is not None else 0,
+            "in_flight": self.in_flight,
         }
 
     def _result(self, *, skip_reason: str | None = None, error: str | None = None) -> DrainResult:

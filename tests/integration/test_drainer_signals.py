@@ -184,3 +184,68 @@ async def _statuses_are(database: Database, expected: dict[str, int]) -> bool:
 
 async def _one(database: Database, query: Any, expected: Any) -> bool:
     return bool(await scalar(database, query) == expected)
+
+
+class _Lines:
+    """A started command's stderr, read line by line as it comes (in a thread)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        import threading
+
+        self.lines: list[str] = []
+        assert process.stderr is not None
+        stream = process.stderr
+        self._thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
+        self._thread.start()
+
+    async def saying(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def rest(self) -> str:
+        self._thread.join(timeout=30)
+        return "".join(self.lines)
+
+
+@pytest.mark.parametrize("second", [False, True])
+async def test_ctrl_c_during_drain_says_what_it_waits_for_then_interrupted(
+    database: Database, database_url: str, tmp_path: Path, second: bool
+) -> None:
+    # Issue 16, point 8: Ctrl-C with jobs pending printed `completed` and exited 0, and with a
+    # handler in flight said nothing for the whole grace period.
+    await _enqueue(database, "gated", 4)
+    started, release = tmp_path / "started", tmp_path / "release"
+    drain = start_cli(
+        *APP, "drain", database_url=database_url,
+        GATE_STARTED=str(started), GATE_RELEASE=str(release),
+    )  # fmt: skip
+    try:
+        stderr = _Lines(drain)
+        await eventually(lambda: _exists(started), timeout=30)
+        drain.send_signal(signal.SIGINT)
+        # Said at once, while the job in flight still runs.
+        await eventually(lambda: stderr.saying("waiting up to 30 s"), timeout=10)
+        if second:
+            drain.send_signal(signal.SIGINT)
+            await eventually(lambda: stderr.saying("SIGINT again: aborting"), timeout=10)
+        else:
+            release.write_text("go")
+        code = drain.wait(timeout=30)
+        assert drain.stdout is not None
+        stdout, said = drain.stdout.read(), stderr.rest()
+    finally:
+        kill_all(drain)
+
+    assert code == 130, said
+    [first, *_] = [line for line in said.splitlines() if "SIGINT" in line]
+    assert first == (
+        "cronlock drain: SIGINT: stopping; no new jobs; waiting up to 30 s for the 1 job in "
+        "flight to finish and commit (a second signal aborts them: they roll back and stay "
+        "queued)"
+    )
+    [line] = stdout.splitlines()
+    assert line.startswith("drain default: interrupted (SIGINT) — ")
+    done = 0 if second else 1
+    assert line.split(" — ")[1].startswith(f"{done} completed")
+    assert await _statuses(database) == (
+        {"pending": 4} if second else {"completed": 1, "pending": 3}
+    )
