@@ -19,22 +19,57 @@ stopped exits 128 + the signal's number (130 Ctrl-C, 143 SIGTERM).
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
 import click
 from sqlalchemy.exc import DBAPIError
 
+from .. import logs
 from ..errors import CronlockError
+from ..logs import FORMATS
 from . import admin, bench, embedded, operate, queue, runs, scheduler, serve
 from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, Options, UsageFailure
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "cli", "main"]
 
 
+# The commands that run until stopped: they say at INFO what they do (cronlock.logs).
+LONG_RUNNING = frozenset({"worker", "scheduler", "serve"})
+_GLOBAL_OPTIONS = (
+    "--app",
+    "--database-url",
+    "--schema",
+    "--pgbouncer",
+    "--log-format",
+    "-v",
+    "-vv",
+    "--verbose",
+)
+
+
 class CronlockGroup(click.Group):
     """Turns cronlock's errors into one line on stderr and exit code 2."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            own = {opt for param in command.params for opt in param.opts}
+            misplaced = [
+                arg
+                for arg in rest
+                if arg.partition("=")[0] in _GLOBAL_OPTIONS and arg.partition("=")[0] not in own
+            ]
+            if misplaced:
+                option = misplaced[0].partition("=")[0]
+                raise click.UsageError(
+                    f"{option} is an option of cronlock itself: put it before the command "
+                    f"(cronlock {option} … {name} …)",
+                    ctx,
+                )
+        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -69,7 +104,21 @@ class CronlockGroup(click.Group):
     is_flag=True,
     help="The URL is a PgBouncer in transaction mode (env CRONLOCK_PGBOUNCER=1).",
 )
-@click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for debug).")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More logging on stderr: -v cronlock's INFO (a line per job), -vv its DEBUG, -vvv "
+    "every library's.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    envvar="CRONLOCK_LOG_FORMAT",
+    help="Log lines as text or as one JSON object each (env CRONLOCK_LOG_FORMAT).",
+)
 @click.version_option(package_name="cronlock")
 @click.pass_context
 def cli(
@@ -79,13 +128,10 @@ def cli(
     schema: str | None,
     pgbouncer: bool,
     verbose: int,
+    log_format: str,
 ) -> None:
     """Periodic tasks and a job queue that need nothing but PostgreSQL."""
-    logging.basicConfig(
-        level=max(logging.WARNING - 10 * verbose, logging.DEBUG),
-        format="cronlock: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(verbose, log_format, long_running=ctx.invoked_subcommand in LONG_RUNNING)
     ctx.obj = Options(
         app_spec=app_spec or "tasks",
         app_given=app_spec is not None,

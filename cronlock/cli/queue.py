@@ -7,6 +7,7 @@ signals handled; their options' defaults are the library's (``App.drainer``'s, t
 from __future__ import annotations
 
 import json
+import logging
 import signal
 from collections.abc import Callable
 from datetime import datetime
@@ -38,6 +39,8 @@ from .context import (
 __all__ = ["drain", "drain_queue", "enqueue", "worker"]
 
 MakeDrainer = Callable[[App], Drainer]
+
+logger = logging.getLogger("cronlock.cli")
 
 
 def _parse_run_at(value: str | None) -> datetime | None:
@@ -204,7 +207,7 @@ class _Signals:
         line = render.signal_received(
             self.command, signum, aborts=aborts, in_flight=in_flight, grace=self.grace_period
         )
-        click.echo(line, err=True)
+        logger.warning(line, extra={"action": "signal_received", "state": signum.name})
 
 
 def drain_queue(
@@ -326,6 +329,7 @@ def _metrics_server() -> Any:
 @click.option(
     "--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print its stats as one JSON object.")
 @pass_options
 def worker(
     options: Options,
@@ -338,11 +342,13 @@ def worker(
     poll_interval: float,
     metrics_port: int | None,
     metrics_host: str,
+    as_json: bool,
 ) -> None:
     """Long-running drainer: stands by while another is active, takes over when it stops or
     dies (with --shared: active beside the queue's other shared drainers at once).
-    SIGTERM/SIGINT stop it gracefully; it prints its stats (one JSON object) on exit. Exit 2
-    when exclusive and shared drainers meet on the queue."""
+    SIGTERM/SIGINT stop it gracefully; it prints its result line on exit, as drain does
+    (--json: its stats as one JSON object). Exit 2 when exclusive and shared drainers meet on
+    the queue."""
     app = options.load_app()
     serve_metrics = _metrics_server() if metrics_port else None
     database = options.database(app)
@@ -360,10 +366,18 @@ def worker(
             shared=shared,
             poll_interval=poll_interval,
         )
+        logger.info(
+            render.worker_started(signals.drainer, database),
+            extra={"action": "worker_started", "queue": queue},
+        )
         return await serve_worker(
             signals.drainer, grace_period=grace_period, handle_signals=True, on_signal=signals
         )
 
     result = run(go, app)
-    click.echo(json.dumps(result.to_dict()))
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+    else:
+        for line in render.describe_drain(result, command="worker"):
+            click.echo(line)
     exit_with(EXIT_FAILED if result.status is RunStatus.FAILED else EXIT_OK)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +19,7 @@ from ..app import App
 from ..database import Database
 from ..outcome import DrainResult, RunResult, RunStatus
 from ..queue.control import QueueInfo, QueueState
+from ..queue.drainer import Drainer
 from ..queue.jobs import Enqueued
 from ..queue.operate import JobChange, JobInfo, JobPage, JobsChanged
 from ..retention import PruneResult, Retention
@@ -47,11 +50,13 @@ __all__ = [
     "queue_table",
     "retention_entry",
     "scheduler_started",
+    "serve_started",
     "signal_received",
     "table",
     "task_entries",
     "task_table",
     "warning",
+    "worker_started",
 ]
 
 
@@ -186,8 +191,29 @@ def _iso(moment: datetime | None) -> str:
     return moment.isoformat() if moment else "none"
 
 
-def scheduler_started(tasks: int) -> str:
-    return f"cronlock: scheduler firing {tasks} task(s); SIGTERM stops it"
+def scheduler_started(tasks: Sequence[str], database: Database, drainer: bool) -> str:
+    names = ", ".join(tasks) or "no task"
+    beside = "; and draining queue default (standby or active)" if drainer else ""
+    return (
+        f"scheduler started: firing {len(tasks)} task(s) ({names}) on {database.display_url}"
+        f"{beside}; SIGTERM stops it"
+    )
+
+
+def worker_started(drainer: Drainer, database: Database) -> str:
+    return (
+        f"worker started: queue {drainer.queue} on {database.display_url} "
+        f"({drainer.commit_mode.value}, concurrency {drainer.concurrency}, pid {os.getpid()}); "
+        "active once it holds the queue's lock, standby while another drainer does; SIGTERM "
+        "stops it"
+    )
+
+
+def serve_started(host: str, port: int, database: Database) -> str:
+    return (
+        f"serve started: the HTTP API on http://{host}:{port} for {database.display_url}; "
+        "SIGTERM stops it"
+    )
 
 
 # -- the job queue ---------------------------------------------------------------------------
@@ -228,13 +254,13 @@ def signal_received(
     jobs = "1 job" if in_flight == 1 else f"{in_flight:,} jobs"
     if aborts:
         return (
-            f"cronlock {command}: {signum.name} again: aborting; the {jobs} in flight roll back "
+            f"{command}: {signum.name} again: aborting; the {jobs} in flight roll back "
             "and stay queued"
         )
     if not in_flight:
-        return f"cronlock {command}: {signum.name}: stopping (no job in flight)"
+        return f"{command}: {signum.name}: stopping (no job in flight)"
     return (
-        f"cronlock {command}: {signum.name}: stopping; no new jobs; waiting up to {grace:g} s "
+        f"{command}: {signum.name}: stopping; no new jobs; waiting up to {grace:g} s "
         f"for the {jobs} in flight to finish and commit (a second signal aborts them: they "
         "roll back and stay queued)"
     )

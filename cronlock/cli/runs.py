@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import click
 
 from .. import embedded, schema
+from ..logs import RUNS_LOGGER
 from ..outcome import RunResult
 from ..service import DEFAULT_GRACE_PERIOD
 from . import render
@@ -98,6 +99,7 @@ def run_task(
     app.task(task)  # an unknown task fails before any connection is made
     database = options.database(app)
     grace_delta = None if grace is None else timedelta(seconds=grace)
+    _quiet_run_lines()
 
     async def go() -> RunResult:
         await schema.ensure_ready(database)
@@ -188,8 +190,14 @@ def demo(options: Options) -> None:
         else "your database"
     )
     database = options.database(app)
-    if logging.getLogger().level >= logging.WARNING:  # the summary lists the failed items
-        logging.getLogger("cronlock.periodic").setLevel(logging.ERROR)
+    _quiet_run_lines()
     lines = run(lambda: run_demo(app, database, setup, where, app_spec), app)
     for line in lines:
         click.echo(line)
+
+
+def _quiet_run_lines() -> None:
+    """The command prints the run's outcome and every failed item itself: the log lines that
+    say the same (``cronlock.runs``) stay quiet unless -v."""
+    if logging.getLogger("cronlock").getEffectiveLevel() >= logging.WARNING:
+        logging.getLogger(RUNS_LOGGER).setLevel(logging.CRITICAL)

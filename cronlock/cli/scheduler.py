@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from .. import schema
@@ -9,6 +11,8 @@ from ..scheduler import DEFAULT_SHUTDOWN_GRACE, Scheduler
 from ..service import serve_scheduler
 from . import render
 from .context import Options, pass_options, run
+
+logger = logging.getLogger("cronlock.cli")
 
 __all__ = ["scheduler"]
 
@@ -50,7 +54,11 @@ def scheduler(
     async def go() -> None:
         await schema.ensure_ready(database)
         daemon = Scheduler(app, tasks=task_names or None, shutdown_grace=shutdown_grace)
-        click.echo(render.scheduler_started(len(daemon.tasks)), err=True)
+        names = [task.name for task in daemon.tasks]
+        logger.info(
+            render.scheduler_started(names, database, with_drainer),
+            extra={"action": "scheduler_started"},
+        )
         await serve_scheduler(
             daemon, drainer=app.drainer if with_drainer else None, handle_signals=True
         )

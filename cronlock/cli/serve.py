@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 
 import click
@@ -66,8 +67,16 @@ def serve(options: Options, host: str, port: int, public: str | None, insecure_o
         signum: signal.signal(signum, lambda signum, frame: stopped.append(signum))
         for signum in (signal.SIGTERM, signal.SIGINT)
     }
+    uvicorn_logger = logging.getLogger("uvicorn")
+    if uvicorn_logger.getEffectiveLevel() > logging.INFO:
+        uvicorn_logger.setLevel(logging.INFO)  # its start, stop and access lines
+    logging.getLogger("cronlock.cli").info(
+        render.serve_started(host, port, database), extra={"action": "serve_started"}
+    )
     try:
-        uvicorn.run(api, host=host, port=port, log_level="info")
+        # uvicorn's own lines go through the logging configured here (cronlock.logs), not
+        # its own handlers and format.
+        uvicorn.run(api, host=host, port=port, log_level="info", log_config=None)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -49,6 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from .. import sql
 from ..database import Database
+from ..logs import RUNS_LOGGER
 from ..outcome import (
     ItemFailure,
     RunResult,
@@ -66,6 +67,8 @@ from .task import PeriodicTask, resolve_slot
 __all__ = ["ItemBlock", "Run", "execute", "record_missed", "run_slot"]
 
 logger = logging.getLogger("cronlock.periodic")
+# A run's outcome and its failed items (cronlock.logs: `cronlock run` prints them itself).
+runs_logger = logging.getLogger(RUNS_LOGGER)
 
 # A run's row keeps at most this many failures (items_failed still counts them all).
 MAX_RECORDED_FAILURES = 1000
@@ -106,7 +109,7 @@ class Run:
         failure = ItemFailure.from_exception(key, exc)
         if len(self.failures) < MAX_RECORDED_FAILURES:
             self.failures.append(failure)
-        logger.warning(
+        runs_logger.warning(
             "%s: item %s failed: %s: %s",
             self.task.name,
             failure.item,
@@ -325,7 +328,7 @@ async def run_slot(
         if error is None:
             status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
             return await _record_claim(session, result(status, run))
-        logger.error(
+        runs_logger.error(
             "%s: failed and rolled back: %s",
             task.name,
             error,
@@ -679,7 +682,41 @@ async def _record(session: AsyncSession, outcome: RunResult) -> RunResult:
         },
     )
     await session.commit()
-    return replace(outcome, run_id=run_id)
+    recorded = replace(outcome, run_id=run_id)
+    _log_outcome(recorded)
+    return recorded
+
+
+def _log_outcome(outcome: RunResult) -> None:
+    """The line per run, at INFO, once its row is committed."""
+    if not runs_logger.isEnabledFor(logging.INFO):
+        return
+    slot = outcome.slot.isoformat().replace("+00:00", "Z") if outcome.slot else "manual"
+    what = outcome.status.value
+    if outcome.skip_reason is not None:
+        what = f"{what} ({outcome.skip_reason})"
+    elif outcome.items_ok or outcome.items_failed:
+        what = f"{what}: {outcome.items_ok} items ok, {outcome.items_failed} failed"
+    runs_logger.info(
+        "%s %s: %s in %.0f ms (run %s, %s)",
+        outcome.task,
+        slot,
+        what,
+        outcome.duration_ms,
+        outcome.run_id,
+        outcome.trigger.value,
+        extra={
+            "action": "run_finished",
+            "task": outcome.task,
+            "slot": outcome.slot,
+            "run_id": outcome.run_id,
+            "trigger": outcome.trigger,
+            "outcome": outcome.status,
+            "duration_ms": round(outcome.duration_ms, 3),
+            "items_ok": outcome.items_ok,
+            "items_failed": outcome.items_failed,
+        },
+    )
 
 
 _HOST = socket.gethostname()

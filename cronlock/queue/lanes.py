@@ -248,7 +248,7 @@ class Lanes:
                     await conn.invalidate()
                     (failure,) = lost.args
                     if await self.completion.record_lost(self._engine(), failure):
-                        count(self.stats, [failure])
+                        count(self.stats, [failure], queue=self.queue)
             if self.stopping:
                 return
 
@@ -313,5 +313,5 @@ class Lanes:
             raise
         await transaction.commit()
         self.stats.handed_back += len(claimed) - len(outcomes)
-        count(self.stats, outcomes, begun)
+        count(self.stats, outcomes, begun, queue=self.queue)
         return len(claimed)

@@ -49,7 +49,7 @@ async def test_sigterm_mid_batch_in_flight_finishes_rest_stays_pending(
     await _enqueue(database, "gated", 10)
     started, release = tmp_path / "started", tmp_path / "release"
     worker = start_cli(
-        *APP, "worker", "--commit-mode", "batch", "--batch-size", "10",
+        *APP, "worker", "--json", "--commit-mode", "batch", "--batch-size", "10",
         database_url=database_url, GATE_STARTED=str(started), GATE_RELEASE=str(release),
     )  # fmt: skip
     try:
@@ -76,7 +76,7 @@ async def test_abort_rolls_back_the_job_in_flight(
     await _enqueue(database, "gated", 3)
     started = tmp_path / "started"
     worker = start_cli(
-        *APP, "worker", "--grace-period", "0.5" if how == "grace period" else "60",
+        *APP, "worker", "--json", "--grace-period", "0.5" if how == "grace period" else "60",
         database_url=database_url,
         GATE_STARTED=str(started), GATE_RELEASE=str(tmp_path / "never"),
     )  # fmt: skip
@@ -105,7 +105,7 @@ async def test_sigkill_with_a_standby_loses_nothing_and_applies_nothing_twice(
     await _enqueue(database, "count", total)
     hold = tmp_path / "hold"
     env = {"HOLD_MARKER": str(hold), "HOLD_AT": "100", "COUNT_DELAY": "0.002"}
-    args = (*APP, "worker", "--commit-mode", mode, "--poll-interval", "0.5")
+    args = (*APP, "worker", "--json", "--commit-mode", mode, "--poll-interval", "0.5")
     active = start_cli(*args, database_url=database_url, **env)
     standby: subprocess.Popen[str] | None = None
     try:
@@ -146,8 +146,8 @@ async def test_idle_worker_picks_up_a_new_job_at_once(
     async with job_app(database):
         pass
     # A poll interval of a minute: only LISTEN/NOTIFY can make this fast.
-    worker = start_cli(*APP, "worker", "--poll-interval", "60", database_url=database_url)
-    standby = start_cli(*APP, "worker", database_url=database_url)
+    worker = start_cli(*APP, "worker", "--json", "--poll-interval", "60", database_url=database_url)
+    standby = start_cli(*APP, "worker", "--json", database_url=database_url)
     try:
         await eventually(lambda: _worker_states_are(database, ["active", "standby"]), timeout=30)
         # A standby told to stop cancels its wait for the lock and leaves at once.
@@ -237,10 +237,10 @@ async def test_ctrl_c_during_drain_says_what_it_waits_for_then_interrupted(
 
     assert code == 130, said
     [first, *_] = [line for line in said.splitlines() if "SIGINT" in line]
-    assert first == (
-        "cronlock drain: SIGINT: stopping; no new jobs; waiting up to 30 s for the 1 job in "
-        "flight to finish and commit (a second signal aborts them: they roll back and stay "
-        "queued)"
+    assert first.endswith(
+        " WARNING cronlock.cli: drain: SIGINT: stopping; no new jobs; waiting up to 30 s for "
+        "the 1 job in flight to finish and commit (a second signal aborts them: they roll back "
+        "and stay queued)"
     )
     [line] = stdout.splitlines()
     assert line.startswith("drain default: interrupted (SIGINT) — ")
