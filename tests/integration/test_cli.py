@@ -201,3 +201,23 @@ def test_demo_on_the_given_database(database_url: str, tmp_path: Path) -> None:
     assert "refresh-post-stats' (one transaction, all or nothing): completed" in out
     again = invoke("demo", database_url=database_url)  # re-runnable
     assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("run", "thousand", "--app", "testapps.items"), "--app"),
+        (("list", "--database-url=postgresql://h/db"), "--database-url"),
+        (("drain", "-v"), "-v"),
+        (("jobs", "list", "--schema", "x"), "--schema"),
+    ],
+)
+def test_a_global_option_after_the_command_says_where_it_goes(
+    args: tuple[str, ...], option: str
+) -> None:
+    # Issue 16, point 12: this said "No such option" with no hint.
+    done = invoke(*args, database_url=None)
+    assert done.returncode == 2
+    assert f"Error: {option} is an option of cronlock itself: put it before the command" in (
+        done.stderr
+    )
