@@ -295,7 +295,7 @@ class LeasedLanes(Lanes):
         if held is not None:
             held.pop(success.job.id, None)
         if applied:
-            count(self.stats, [success], [began])
+            count(self.stats, [success], [began], queue=self.queue)
         else:
             await self._record_fenced(success.job, attempt)
 
@@ -343,7 +343,7 @@ class LeasedLanes(Lanes):
         rows = await driver.fetch(statement.sql, *args)
         applied = {row[0] for row in rows}
         kept = [(o, b) for o, b in zip(outcomes, begun, strict=True) if o.job.id in applied]
-        count(self.stats, [o for o, _ in kept], [b for _, b in kept])
+        count(self.stats, [o for o, _ in kept], [b for _, b in kept], queue=self.queue)
         if held is not None:
             for job_id in attempts:
                 held.pop(job_id, None)
