@@ -11,7 +11,7 @@ import json
 import os
 import signal
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import embedded
@@ -25,6 +25,7 @@ from ..queue.operate import JobChange, JobInfo, JobPage, JobsChanged
 from ..retention import PruneResult, Retention
 
 __all__ = [
+    "ago",
     "bench_failed",
     "builtin_lines",
     "describe",
@@ -40,6 +41,8 @@ __all__ = [
     "job_change",
     "job_lines",
     "job_table",
+    "job_type_entries",
+    "job_type_table",
     "jobs_changed",
     "migrated",
     "nothing_changed",
@@ -137,16 +140,27 @@ def task_entries(app: App, now: datetime, count: int) -> list[dict[str, Any]]:
     return rows
 
 
-def task_table(rows: list[dict[str, Any]]) -> list[str]:
-    """``cronlock list`` for people: a line per upcoming fire time."""
+def task_table(rows: list[dict[str, Any]], now: datetime | None = None) -> list[str]:
+    """``cronlock list`` for people: a line per upcoming fire time, in the task's zone and,
+    for a task not in UTC, in UTC beside it."""
     if not rows:
         return ["no periodic tasks registered"]
-    header = ("NAME", "CRON", "TIMEZONE", "LOCK (ns, key)", "MISFIRE", "NEXT (zone)", "NEXT (UTC)")
+    now = now or datetime.now(UTC)
+    header = ("NAME", "CRON", "TIMEZONE", "LOCK (ns, key)", "MISFIRE", "NEXT", "")
     lines: list[tuple[str, ...]] = [header]
     for row in rows:
-        times = row["next_fire_times"] or [{"local": "never", "utc": "never"}]
+        times = row["next_fire_times"] or [{"local": None, "utc": None}]
+        utc = row["timezone"] in ("UTC", "Etc/UTC")
         for index, fire in enumerate(times):
             first = index == 0
+            if fire["utc"] is None:
+                when, relative = "never", ""
+            elif utc:
+                when, relative = _clock_full(fire["utc"]), _ago(fire["utc"], now)
+            else:
+                local = _moment(fire["local"]).strftime("%Y-%m-%d %H:%M %z")
+                when = f"{local} = {_moment(fire['utc']).strftime('%H:%MZ')}"
+                relative = _ago(fire["utc"], now)
             lines.append(
                 (
                     str(row["name"]) if first else "",
@@ -154,11 +168,51 @@ def task_table(rows: list[dict[str, Any]]) -> list[str]:
                     str(row["timezone"]) if first else "",
                     f"{row['namespace']} ({row['lock'][0]}, {row['lock'][1]})" if first else "",
                     str(row["misfire"]) if first else "",
-                    fire["local"],
-                    fire["utc"],
+                    when,
+                    relative,
                 )
             )
     return table(lines)
+
+
+def _clock_full(value: str | datetime) -> str:
+    return _moment(value).astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
+
+
+def job_type_entries(app: App) -> list[dict[str, Any]]:
+    """``cronlock list``'s job types (its JSON shape): handled or only declared, by name."""
+    entries = []
+    for name in sorted(app.job_types):
+        defaults = app.job_types[name]
+        handler = app.handlers.get(name)
+        entries.append(
+            {
+                "job_type": name,
+                "queue": defaults.queue,
+                "max_retries": defaults.max_retries,
+                "timeout_s": handler.timeout if handler is not None else None,
+                "handler": handler is not None,
+            }
+        )
+    return entries
+
+
+def job_type_table(entries: list[dict[str, Any]]) -> list[str]:
+    if not entries:
+        return ["no job types registered"]
+    rows: list[tuple[str, ...]] = [("JOB TYPE", "QUEUE", "RETRIES", "TIMEOUT", "HANDLER")]
+    for entry in entries:
+        timeout = entry["timeout_s"]
+        rows.append(
+            (
+                entry["job_type"],
+                entry["queue"],
+                str(entry["max_retries"]),
+                "-" if timeout is None else f"{timeout:g} s",
+                "yes" if entry["handler"] else "declared only",
+            )
+        )
+    return table(rows)
 
 
 def describe(result: RunResult) -> list[str]:
@@ -287,80 +341,194 @@ def migrated(database: Database, revision: str) -> str:
     )
 
 
-def describe_status(report: dict[str, Any]) -> list[str]:
-    """``cronlock status`` for people: each task's last runs and health, then the queue."""
+def describe_status(report: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """``cronlock status`` for people, scanned in a second: per task a health line and its
+    last runs in aligned columns with relative times (no_slot skips left out, the last run
+    that ran its body always shown), then the queue."""
+    now = now or datetime.now(UTC)
     lines = []
     for entry in report["tasks"]:
         runs = entry["last_runs"]
-        lines.append(f"{entry['task']}: " + ("never ran" if not runs else f"last {len(runs)} runs"))
-        lines.append("  " + health_line(entry))
+        real = entry.get("last_real_run")
+        lines.append(f"{entry['task']}: {health_line(entry, now)}")
         if entry.get("overdue"):
             lines.append("  " + overdue_line(entry["overdue"]))
-        for run in runs:
-            detail = (
-                run["error"]
-                or run["skip_reason"]
-                or (f"{run['items_ok']} ok, {run['items_failed']} failed")
+        shown = list(runs)
+        if real is not None and all(run["id"] != real["id"] for run in runs):
+            shown.append(real)  # skips filled the last runs: the last real one, below them
+        if not shown:
+            lines.append("  never ran")
+            continue
+        rows: list[tuple[str, ...]] = [("STARTED", "", "STATUS", "SLOT", "TOOK", "DETAIL")]
+        for run in shown:
+            rows.append(
+                (
+                    _clock(run["started_at"], now),
+                    _ago(run["started_at"], now),
+                    run["status"],
+                    _clock(run["slot"], now)
+                    if run.get("slot")
+                    else "manual"
+                    if run.get("trigger") == "manual"
+                    else "-",
+                    _took(run),
+                    _run_detail(run),
+                )
             )
-            slot = run.get("slot") or ("manual" if run.get("trigger") == "manual" else "none")
-            lines.append(f"  {run['started_at']}  {run['status']:<9}  slot {slot}  {detail}")
-    return lines + describe_queue(report["queue"])
+        lines.extend("  " + line for line in table(rows))
+    return lines + describe_queue(report["queue"], now)
 
 
-def health_line(entry: dict[str, Any]) -> str:
+def _moment(value: str | datetime) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def _clock(value: str | datetime | None, now: datetime) -> str:
+    """A time to the second in UTC, the date only when it is not today's."""
+    if value is None:
+        return "-"
+    moment = _moment(value).astimezone(UTC)
+    if moment.date() == now.astimezone(UTC).date():
+        return moment.strftime("%H:%M:%SZ")
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def ago(seconds: float) -> str:
+    """``42 s ago``, ``3 min ago``, ``5 h ago``, ``2 d ago`` (``in …`` for the future)."""
+    future, seconds = seconds < 0, abs(seconds)
+    if seconds < 90:
+        text = f"{seconds:.0f} s"
+    elif seconds < 90 * 60:
+        text = f"{seconds / 60:.0f} min"
+    elif seconds < 36 * 3600:
+        text = f"{seconds / 3600:.0f} h"
+    else:
+        text = f"{seconds / 86400:.0f} d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def _ago(value: str | datetime | None, now: datetime) -> str:
+    if value is None:
+        return ""
+    return ago((now - _moment(value)).total_seconds())
+
+
+def _took(run: dict[str, Any]) -> str:
+    if not run.get("finished_at") or not run.get("started_at"):
+        return ""
+    seconds = (_moment(run["finished_at"]) - _moment(run["started_at"])).total_seconds()
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def _run_detail(run: dict[str, Any]) -> str:
+    if run.get("error"):
+        return _short(run["error"], 70)
+    if run.get("skip_reason"):
+        return str(run["skip_reason"])
+    if run["status"] == "missed":
+        return ""
+    return f"{run['items_ok']} ok, {run['items_failed']} failed"
+
+
+def health_line(entry: dict[str, Any], now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
     lateness = entry.get("recent_lateness_ms")
     late = (
         "no timed runs yet"
         if not lateness
-        else f"lateness last {lateness['last']:.0f} ms, mean {lateness['mean']:.0f} ms, "
-        f"max {lateness['max']:.0f} ms over {lateness['runs']} runs"
+        else f"late {_ms(lateness['last'])} last, {_ms(lateness['mean'])} mean, "
+        f"{_ms(lateness['max'])} max over {_plural(lateness['runs'], 'run')}"
     )
+    success = entry.get("last_success")
+    last = f"{_ago(success, now)} ({_clock(success, now)})" if success else "never"
+    failures, misses = entry.get("consecutive_failures", 0), entry.get("consecutive_misses", 0)
     return (
-        f"last success {entry.get('last_success') or 'never'}; "
-        f"{entry.get('consecutive_failures', 0)} failure(s) and "
-        f"{entry.get('consecutive_misses', 0)} missed slot(s) in a row; {late}"
+        f"last success {last}; {_plural(failures, 'failure')} and "
+        f"{_plural(misses, 'missed slot')} in a row; {late}"
     )
 
 
-def overdue_line(overdue: dict[str, Any]) -> str:
+def _plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
+def _ms(value: float) -> str:
+    return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
+
+
+def overdue_line(overdue: dict[str, Any], now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
     return (
-        f"OVERDUE {overdue['seconds']:.0f} s: slot {overdue['slot']} has no outcome "
-        f"(due by {overdue['due_by']})"
+        f"OVERDUE {overdue['seconds']:.0f} s: slot {_clock(overdue['slot'], now)} has no outcome "
+        f"(due by {_clock(overdue['due_by'], now)})"
     )
 
 
-def describe_queue(queue: dict[str, Any]) -> list[str]:
-    """``cronlock status``'s queue part in readable lines."""
+def describe_queue(queue: dict[str, Any], now: datetime | None = None) -> list[str]:
+    """``cronlock status``'s queue part: a line per queue, the rates over 1, 5 and 15 minutes,
+    the drainers and the latest failures in aligned columns."""
+    now = now or datetime.now(UTC)
     lines = []
     for entry in queue["queues"]:
-        counts = ", ".join(f"{n} {status}" for status, n in sorted(entry["counts"].items()))
+        counts = ", ".join(f"{n:,} {status}" for status, n in sorted(entry["counts"].items()))
         age = entry["oldest_due_age_seconds"]
-        oldest = f"; {entry['due']} due, oldest waiting {age:.1f} s" if age is not None else ""
+        oldest = (
+            f"; {entry['due']:,} due, the oldest waiting {ago(age).removesuffix(' ago')}"
+            if age is not None
+            else ""
+        )
         flags = ""
         if entry.get("paused"):
-            flags = f" — PAUSED since {entry['paused_at']} (cronlock queue resume)"
+            since = f"{_ago(entry['paused_at'], now)} ({_clock(entry['paused_at'], now)})"
+            flags = f" — PAUSED since {since} (cronlock queue resume)"
         elif entry.get("unserved"):
             flags = " — UNSERVED: due jobs and no live drainer (start a worker or a drain)"
         lines.append(f"queue {entry['queue']}: {counts or 'empty'}{oldest}{flags}")
     if not queue["queues"]:
         lines.append("queue: no jobs")
     rates = queue["rates"]
-    lines.append(
-        f"  completed/min: {rates['completed_per_min_1m']} (1 m), "
-        f"{rates['completed_per_min_5m']} (5 m), {rates['completed_per_min_15m']} (15 m); "
-        f"failed/min: {rates['failed_per_min_1m']} (1 m), {rates['failed_per_min_5m']} (5 m)"
+    lines.extend(
+        "  " + line
+        for line in table(
+            [
+                ("PER MINUTE", "1 min", "5 min", "15 min"),
+                (
+                    "completed",
+                    *(f"{rates[f'completed_per_min_{w}']:g}" for w in ("1m", "5m", "15m")),
+                ),
+                ("failed", *(f"{rates[f'failed_per_min_{w}']:g}" for w in ("1m", "5m", "15m"))),
+            ]
+        )
     )
-    for worker in queue["workers"]:
-        lines.append(
-            f"  drainer {worker['host']}:{worker['pid']} queue {worker['queue']}: "
-            f"{worker['state']} (heartbeat {worker['heartbeat_age_seconds']:.1f} s ago, "
-            f"{worker['processed']} completed, {worker['in_flight']} in flight)"
-        )
-    for failure in queue["recent_failures"]:
-        lines.append(
-            f"  {failure['status']:<8} {failure['job_type']} {failure['id']} "
-            f"(retry {failure['retry_count']}/{failure['max_retries']}): {failure['error_message']}"
-        )
+    if queue["workers"]:
+        rows: list[tuple[str, ...]] = [
+            ("DRAINER", "QUEUE", "STATE", "HEARTBEAT", "COMPLETED", "IN FLIGHT")
+        ]
+        for worker in queue["workers"]:
+            rows.append(
+                (
+                    f"{worker['host']}:{worker['pid']}",
+                    worker["queue"],
+                    worker["state"],
+                    ago(worker["heartbeat_age_seconds"]),
+                    f"{worker['processed']:,}",
+                    str(worker["in_flight"]),
+                )
+            )
+        lines.extend("  " + line for line in table(rows))
+    if queue["recent_failures"]:
+        rows = [("FAILED JOB", "TYPE", "STATUS", "ATTEMPT", "ERROR")]
+        for failure in queue["recent_failures"]:
+            rows.append(
+                (
+                    str(failure["id"]),
+                    failure["job_type"],
+                    failure["status"],
+                    f"{failure['retry_count']}/{failure['max_retries']}",
+                    _short(failure["error_message"], 70),
+                )
+            )
+        lines.extend("  " + line for line in table(rows))
     return lines
 
 
@@ -505,5 +673,5 @@ def _days(duration: Any) -> str:
 
 
 def builtin_lines(entry: dict[str, Any]) -> list[str]:
-    times = ", ".join(entry["next_fire_times"]) or "never"
+    times = ", ".join(_clock_full(t) for t in entry["next_fire_times"]) or "never"
     return [f"{entry['name']} ({entry['cron']} UTC; next {times}): {entry['description']}"]

@@ -31,19 +31,24 @@ __all__ = ["crontab", "demo", "list_tasks", "run_task"]
 )
 @pass_options
 def list_tasks(options: Options, as_json: bool, count: int) -> None:
-    """Periodic tasks: name, cron, timezone, lock key, next fire times (their zone and UTC)."""
+    """Periodic tasks: name, cron, timezone, lock key, next fire times (their zone and UTC);
+    the job types: queue, retries, timeout, handled or only declared."""
     app = options.load_app()
     now = datetime.now(UTC)
     rows = render.task_entries(app, now, count)
     builtin = [] if app.retention is None else [render.retention_entry(app.retention, now, count)]
+    job_types = render.job_type_entries(app)
     if as_json:
-        click.echo(json.dumps({"tasks": rows, "builtin": builtin}))
+        click.echo(json.dumps({"tasks": rows, "builtin": builtin, "job_types": job_types}))
         return
-    for line in render.task_table(rows):
+    for line in render.task_table(rows, now):
         click.echo(line)
     for entry in builtin:
         for line in render.builtin_lines(entry):
             click.echo(line)
+    click.echo("")
+    for line in render.job_type_table(job_types):
+        click.echo(line)
 
 
 @click.command("run")

@@ -172,6 +172,8 @@ class RunView(BaseModel):
     skip_reason: str | None
     host: str
     pid: int | None
+    trigger: str
+    lateness_ms: float | None
 
 
 class Health(BaseModel):

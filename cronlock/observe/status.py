@@ -40,6 +40,10 @@ async def collect(
             by_task.setdefault(row["task"], []).append(
                 {key: _jsonable(value) for key, value in row.items()}
             )
+        last_real = {
+            row["task"]: {key: _jsonable(value) for key, value in row.items()}
+            for row in (await conn.execute(sql.RUN_LAST_REAL_PER_TASK)).mappings()
+        }
         health = await _slot_health(conn)
         overdue = await backlog.overdue_by_task(conn, app.tasks.values(), now)
     names = sorted(set(app.tasks) | set(by_task))
@@ -48,6 +52,7 @@ async def collect(
             {
                 "task": name,
                 "last_runs": by_task.get(name, []),
+                "last_real_run": last_real.get(name),
                 **health.get(name, _NO_HEALTH),
                 "overdue": _overdue(overdue.get(name)),
             }

@@ -28,7 +28,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, distinct_on
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..outcome import RUN_CLAIMING_STATUSES, RUN_SUCCESS_STATUSES
@@ -43,6 +43,7 @@ __all__ = [
     "RUN_INSERT_MISSED",
     "RUN_INTERRUPT",
     "RUN_INTERRUPT_DEAD",
+    "RUN_LAST_REAL_PER_TASK",
     "RUN_LAST_SLOT",
     "RUN_LAST_SLOT_PER_TASK",
     "RUN_LAST_SUCCESS_PER_TASK",
@@ -61,14 +62,22 @@ _did_work = runs.c.status.in_([literal_column(repr(s.value)) for s in RUN_SUCCES
 
 RUN_INSERT = insert(runs).returning(runs.c.id)
 
-_ranked = select(
-    runs,
-    func.row_number()
-    .over(partition_by=runs.c.task, order_by=(runs.c.started_at.desc(), runs.c.id.desc()))
-    .label("rank"),
-).subquery()
+# A no_slot skip ran nothing and claimed nothing (a run by hand outside every slot, a cron
+# line far too late): listed among a task's last runs, a handful of them hid its real ones.
+_not_no_slot = or_(runs.c.skip_reason.is_(None), runs.c.skip_reason != literal_column("'no_slot'"))
 
-# The last :limit runs of every task, newest first.
+_ranked = (
+    select(
+        runs,
+        func.row_number()
+        .over(partition_by=runs.c.task, order_by=(runs.c.started_at.desc(), runs.c.id.desc()))
+        .label("rank"),
+    )
+    .where(_not_no_slot)
+    .subquery()
+)
+
+# The last :limit runs of every task, newest first, no_slot skips left out.
 RUN_RECENT_PER_TASK = (
     select(*[_ranked.c[c.name] for c in runs.columns])
     .where(_ranked.c.rank <= bindparam("limit", type_=Integer))
@@ -210,6 +219,15 @@ RUN_LAST_SLOT_PER_TASK = select(
 
 # A success is a run that committed its work: completed, or partial (its bad items rolled
 # back alone, the rest committed).
+# Each task's latest run that ran its body (not a skip, not a miss): what status shows even
+# when skips fill its last runs.
+RUN_LAST_REAL_PER_TASK = (
+    select(runs)
+    .ext(distinct_on(runs.c.task))
+    .where(runs.c.status.not_in([literal_column("'skipped'"), literal_column("'missed'")]))
+    .order_by(runs.c.task, runs.c.started_at.desc(), runs.c.id.desc())
+)
+
 RUN_LAST_SUCCESS_PER_TASK = (
     select(runs.c.task, func.max(runs.c.finished_at).label("last_success"))
     .where(_did_work)

@@ -88,7 +88,8 @@ def test_demo_from_a_wheel_outside_the_repository(database_url: str, tmp_path: P
         check=False,
     )
     assert status.returncode == 0, status.stderr
-    assert "reindex-fts: last 2 runs" in status.stdout
+    assert "reindex-fts: last success " in status.stdout
+    assert "STARTED" in status.stdout and " completed " in status.stdout
 
 
 def test_demo_runs_the_examples_whatever_tasks_is_here(database_url: str, tmp_path: Path) -> None:

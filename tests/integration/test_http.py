@@ -187,6 +187,8 @@ async def test_runs_and_health(database: Database) -> None:
             only = (await http.get("/runs", params={"task": "explode"}, headers=AUTH)).json()
             health = await http.get("/healthz")
     assert [r["task"] for r in runs] == ["thousand", "explode"]
+    # Issue 16, point 12: what status and `run --json` say of a run, /runs says too.
+    assert {(r["trigger"], r["lateness_ms"]) for r in runs} == {("manual", None)}
     assert [r["status"] for r in only] == ["failed"]
     assert only[0]["error"] == "RuntimeError: the body blew up"
     assert health.status_code == 200 and health.json()["status"] == "ok"
