@@ -44,6 +44,7 @@ _GLOBAL_OPTIONS = (
     "--log-format",
     "-v",
     "-vv",
+    "-vvv",
     "--verbose",
 )
 
