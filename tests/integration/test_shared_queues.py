@@ -237,7 +237,7 @@ async def test_sigkill_of_one_of_two_shared_workers_loses_nothing_and_runs_nothi
     await _enqueue(database, "log", total)
     hold = tmp_path / "hold"
     env = {"HOLD_MARKER": str(hold), "HOLD_AT": "100", "COUNT_DELAY": "0.002"}
-    args = (*APP, "worker", "--shared", "--commit-mode", mode, "--batch-size", "10")
+    args = (*APP, "worker", "--json", "--shared", "--commit-mode", mode, "--batch-size", "10")
     first = start_cli(*args, "--poll-interval", "0.5", database_url=database_url, **env)
     second = start_cli(*args, "--poll-interval", "0.5", database_url=database_url, **env)
     try:
