@@ -24,6 +24,7 @@ from .errors import (
     InvalidPayload,
     JobError,
     LockKeyCollision,
+    NoCurrentJob,
     UnknownJobType,
     UnknownTask,
 )
@@ -40,6 +41,7 @@ from .outcome import (
 from .periodic import Misfire, PeriodicTask, Run, SlotPolicy, TaskBody
 from .queue.control import QueueInfo, QueueState
 from .queue.drainer import CommitMode, Drainer, Keepalive
+from .queue.handling import JobCancel, JobContext, JobSnooze, current_job
 from .queue.jobs import Backoff, Enqueued, JobHandler, JobType
 from .queue.operate import ChangeOutcome, JobChange, JobInfo, JobPage, JobsChanged
 from .retention import PruneResult, Retention
@@ -71,17 +73,21 @@ __all__ = [
     "InvalidJobOption",
     "InvalidPayload",
     "ItemFailure",
+    "JobCancel",
     "JobChange",
+    "JobContext",
     "JobError",
     "JobHandler",
     "JobInfo",
     "JobPage",
+    "JobSnooze",
     "JobStatus",
     "JobType",
     "JobsChanged",
     "Keepalive",
     "LockKeyCollision",
     "Misfire",
+    "NoCurrentJob",
     "PeriodicTask",
     "PruneResult",
     "QueueInfo",
@@ -97,6 +103,7 @@ __all__ = [
     "TaskBody",
     "UnknownJobType",
     "UnknownTask",
+    "current_job",
     "lock_key",
     "namespace_key",
     "serve_drain",

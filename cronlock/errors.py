@@ -12,10 +12,11 @@ Outcomes are not exceptions: a skipped run, a failed item or a retried job is a 
     │   ├── LockKeyCollision       two tasks would share one advisory lock
     │   ├── DuplicateName          a task or job type registered twice
     │   └── UnknownTask            ``run`` of a task that is not registered
-    └── JobError                  a job that cannot be enqueued (exit code 2; nothing written)
-        ├── UnknownJobType         no handler registered for that job type
-        ├── InvalidPayload         a payload that is not JSON
-        └── InvalidJobOption       a negative delay, absurd max_retries, a bad queue name…
+    ├── JobError                  a job that cannot be enqueued (exit code 2; nothing written)
+    │   ├── UnknownJobType         no handler registered for that job type
+    │   ├── InvalidPayload         a payload that is not JSON
+    │   └── InvalidJobOption       a negative delay, absurd max_retries, a bad queue name…
+    └── NoCurrentJob              ``current_job()`` called outside a job's handler (a LookupError)
 
 The docstring of each class is its default message.
 """
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidPayload",
     "JobError",
     "LockKeyCollision",
+    "NoCurrentJob",
     "UnknownJobType",
     "UnknownTask",
 ]
@@ -95,3 +97,7 @@ class InvalidPayload(JobError):
 
 class InvalidJobOption(JobError):
     """An option of the job is out of range."""
+
+
+class NoCurrentJob(CronlockError, LookupError):
+    """current_job() was called outside a job's handler."""

@@ -292,7 +292,9 @@ def describe_drain(
     )
     lines = [
         f"{command} {result.queue}: {outcome} — {stats['processed']} completed, "
-        f"{stats['retried']} retrying, {stats['failed']} failed in {stats['elapsed_seconds']} s "
+        f"{stats['retried']} retrying, {stats['failed']} failed"
+        + "".join(f", {stats[key]} {key}" for key in ("cancelled", "snoozed") if stats.get(key))
+        + f" in {stats['elapsed_seconds']} s "
         f"({stats['throughput_per_sec']} jobs/s, p95 {stats['p95_latency_ms']} ms)"
     ]
     if result.error:
@@ -582,8 +584,19 @@ def job_lines(job: JobInfo) -> list[str]:
     if job.error_message:
         lines.append(f"  error       {job.error_message}")
     for entry in job.error_history:
-        lines.append(f"  attempt {entry.get('attempt')} at {entry.get('at')}: {entry.get('error')}")
+        lines.append(f"  attempt {entry.get('attempt')} at {entry.get('at')}: {_entry(entry)}")
     return lines
+
+
+def _entry(entry: dict[str, Any]) -> str:
+    """One entry of a job's history: a failed attempt's error, or what its handler (or an
+    operator) ended it with."""
+    outcome = entry.get("outcome")
+    if outcome == "snoozed":
+        return f"snoozed until {entry.get('until')} (not counted as an attempt)"
+    if outcome is not None:
+        return f"{outcome}: {entry.get('error')}"
+    return str(entry.get("error"))
 
 
 def job_change(change: JobChange) -> str:

@@ -115,8 +115,20 @@ async def scrape(
         "Retries scheduled after failed attempts, by queue.",
         labels=["queue"],
     )
+    cancelled = CounterMetricFamily(
+        "cronlock_jobs_cancelled",
+        "Jobs cancelled (by an operator or by their handler's JobCancel), by queue.",
+        labels=["queue"],
+    )
+    snoozed = CounterMetricFamily(
+        "cronlock_jobs_snoozed",
+        "Snoozes (a handler's JobSnooze: run again later, the attempt not counted), by queue.",
+        labels=["queue"],
+    )
     latency_rows = []
     for row in totals:
+        cancelled.add_metric([row["queue"]], int(row["cancelled"]))
+        snoozed.add_metric([row["queue"]], int(row["snoozes"]))
         processed.add_metric([row["queue"]], int(row["completed"]))
         failed.add_metric([row["queue"]], int(row["failed"]))
         retried.add_metric([row["queue"]], int(row["retries"]))
@@ -189,6 +201,8 @@ async def scrape(
         processed,
         failed,
         retried,
+        cancelled,
+        snoozed,
         latency,
         drainer_states,
         paused_gauge,

@@ -100,6 +100,8 @@ class DrainStats:
     processed: int = 0  # attempts that completed their job
     failed: int = 0  # attempts after which the job failed for good
     retried: int = 0  # attempts that failed and scheduled a retry
+    cancelled: int = 0  # attempts that ended their job cancelled (JobCancel, an operator)
+    snoozed: int = 0  # attempts whose handler snoozed its job (JobSnooze: not counted)
     handed_back: int = 0  # claimed, not started, returned to the queue at shutdown
     rolled_back: int = 0  # in flight when aborted: rolled back, due again
     # The lease commit mode: completions not applied because the job was handed on since,
@@ -113,7 +115,7 @@ class DrainStats:
 
     @property
     def attempts(self) -> int:
-        return self.processed + self.failed + self.retried
+        return self.processed + self.failed + self.retried + self.cancelled + self.snoozed
 
     def elapsed(self) -> float:
         return (self.stopped or time.monotonic()) - self.started
@@ -130,12 +132,16 @@ class DrainStats:
             "processed": self.processed,
             "failed": self.failed,
             "retried": self.retried,
+            "cancelled": self.cancelled,
+            "snoozed": self.snoozed,
             "handed_back": self.handed_back,
             "rolled_back": self.rolled_back,
             "fenced": self.fenced,
             "lost_returned": self.lost_returned,
             # The reference's definition: jobs finished (for good) per second.
-            "throughput_per_sec": round((self.processed + self.failed) / elapsed, 2)
+            "throughput_per_sec": round(
+                (self.processed + self.failed + self.cancelled) / elapsed, 2
+            )
             if elapsed > 0
             else 0.0,
             "error_rate": round((self.failed + self.retried) / self.attempts, 4)

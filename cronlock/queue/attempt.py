@@ -9,7 +9,9 @@ lane's next job, as good as new; a used one never does, so a handler must not ke
 past its return. A handler that committed its session released the savepoint into the job's
 transaction, so if it fails after that, only dropping the whole transaction keeps its writes
 from staying: the attempt raises ``LostLease``, as when the connection was cut or a savepoint
-could not be rolled back. The attempt's outcome is a value (``complete.py``).
+could not be rolled back. The attempt's outcome is a value (``complete.py``): the handler's
+result, or the ``JobCancel``/``JobSnooze`` it returned (``handling.py``), whose writes commit
+as a result's do. Around the handler the job is ``current_job()``'s.
 """
 
 from __future__ import annotations
@@ -27,7 +29,19 @@ from sqlalchemy.orm import Session
 
 from ..outcome import JobStatus, error_line
 from ..pg import session_has_pending, session_untouched
-from .complete import Attempt, Failure, Success, datetime_of, micros_of, outcome_of_failure
+from .complete import (
+    Attempt,
+    Cancelled,
+    Failure,
+    Snoozed,
+    Success,
+    cancelled,
+    datetime_of,
+    micros_of,
+    outcome_of_failure,
+    snoozed,
+)
+from .handling import JobCancel, JobSnooze, reason_of, running
 from .jobs import Backoff, Handler, Job, to_json
 
 __all__ = ["Attempts", "JobSession", "LostLease", "SessionSlot"]
@@ -90,13 +104,20 @@ class Attempts:
             bind=conn, expire_on_commit=False, sync_session_class=JobSession
         )
         slot.session = None
+        context = running.set((job, self.queue))
+        directed: JobCancel | JobSnooze | None = None
         try:
             if handler.timeout is None:
                 value = await handler.func(session, job.payload)
             else:
                 async with asyncio.timeout(handler.timeout):
                     value = await handler.func(session, job.payload)
-            result = None if value is None else to_json(value, "the handler's result")
+            if value is None:
+                result = None
+            elif isinstance(value, JobCancel | JobSnooze):
+                result, directed = None, value
+            else:
+                result = to_json(value, "the handler's result")
             sync = cast(JobSession, session.sync_session)
             if not sync.released and session_untouched(sync):
                 slot.session = session
@@ -114,8 +135,40 @@ class Attempts:
                 # failed: only dropping the whole transaction keeps its writes from staying.
                 raise LostLease(self.failed(job, error, started, handler)) from exc
             return self.failed(job, error, started, handler)
+        finally:
+            running.reset(context)
         finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        if directed is not None:
+            return self.directed(job, directed, started, finished)
         return Success(job, result, started, finished)
+
+    def directed(
+        self, job: Job, outcome: JobCancel | JobSnooze, started: int, finished: int
+    ) -> Cancelled | Snoozed:
+        """The outcome a handler returned (JobCancel, JobSnooze), logged: not a failure."""
+        begun, now = datetime_of(started), datetime_of(finished)
+        extra = {"queue": self.queue, "job_id": str(job.id)}
+        if isinstance(outcome, JobCancel):
+            ended = cancelled(job, reason_of(outcome), begun, now)
+            logger.info(
+                "job %s (%s) attempt %d: %s",
+                job.id,
+                job.job_type,
+                job.retry_count + 1,
+                ended.error,
+                extra={"action": "job_cancelled", **extra},
+            )
+            return ended
+        again = snoozed(job, outcome.seconds, begun, now)
+        logger.info(
+            "job %s (%s) attempt %d snoozed until %s (not counted)",
+            job.id,
+            job.job_type,
+            job.retry_count + 1,
+            again.run_at.isoformat(),
+            extra={"action": "job_snoozed", **extra},
+        )
+        return again
 
     def failed(self, job: Job, error: str, started: int, handler: Handler | None) -> Failure:
         """The failed attempt (the retry rule decides retrying or failed), logged."""

@@ -1,6 +1,8 @@
 """The completion: what one attempt of a job leaves in its row, and how outcomes are written.
 
-An attempt ends in a ``Success`` or a ``Failure``; ``outcome_of_failure`` is the retry rule
+An attempt ends in a ``Success`` or a ``Failure``, or, when its handler returned ``JobCancel``
+or ``JobSnooze`` (``handling.py``), in a ``Cancelled`` or a ``Snoozed``, each an entry of the
+job's ``error_history`` with its ``outcome``. ``outcome_of_failure`` is the retry rule
 (DESIGN.md): ``max_retries = N`` allows N retries, N+1 attempts, ``retry_count`` counts the
 retries made, and ``error_history`` gets one ``{attempt, error, at}`` entry per failed
 attempt. A lane writes its batch's outcomes with one statement, in the transaction that ran
@@ -33,13 +35,17 @@ from .jobs import Backoff, Job
 
 __all__ = [
     "Attempt",
+    "Cancelled",
     "Completion",
     "Failure",
+    "Snoozed",
     "Success",
+    "cancelled",
     "count",
     "datetime_of",
     "micros_of",
     "outcome_of_failure",
+    "snoozed",
 ]
 
 logger = logging.getLogger("cronlock.drainer")
@@ -75,7 +81,63 @@ class Failure:
         return None if self.status is JobStatus.RETRYING else self.finished_at
 
 
-Attempt = Success | Failure
+@dataclass(frozen=True)
+class Cancelled:
+    """An attempt that ended its job ``cancelled``, never retried: ``error`` says why."""
+
+    job: Job
+    started_at: datetime
+    finished_at: datetime
+    error: str
+    error_entry: str
+
+
+@dataclass(frozen=True)
+class Snoozed:
+    """An attempt that put its job back, due at ``run_at``, without counting it: the job's
+    retry count and status stay (``retrying`` once it has retried, else ``pending``)."""
+
+    job: Job
+    started_at: datetime
+    finished_at: datetime
+    run_at: datetime
+    error_entry: str
+
+    @property
+    def status(self) -> JobStatus:
+        return JobStatus.RETRYING if self.job.retry_count else JobStatus.PENDING
+
+
+Attempt = Success | Failure | Cancelled | Snoozed
+
+
+def cancelled(job: Job, error: str, started: datetime, now: datetime) -> Cancelled:
+    """The job ends cancelled; its history says so, with the attempt that ended it."""
+    error = error[:MAX_MESSAGE_LENGTH]
+    entry = json.dumps(
+        {
+            "attempt": job.retry_count + 1,
+            "outcome": JobStatus.CANCELLED.value,
+            "error": error,
+            "at": now.isoformat(),
+        }
+    )
+    return Cancelled(job, started, now, error, entry)
+
+
+def snoozed(job: Job, seconds: float, started: datetime, now: datetime) -> Snoozed:
+    """The job is due again ``seconds`` from ``now``, its attempt not counted."""
+    run_at = now + timedelta(seconds=seconds)
+    entry = json.dumps(
+        {
+            "attempt": job.retry_count + 1,
+            "outcome": "snoozed",
+            "error": None,
+            "until": run_at.isoformat(),
+            "at": now.isoformat(),
+        }
+    )
+    return Snoozed(job, started, now, run_at, entry)
 
 
 def outcome_of_failure(
@@ -153,7 +215,7 @@ class Completion:
             }
             await driver.execute(self._many.sql, *self._many.args(**columns))
 
-    async def record_lost(self, engine: AsyncEngine, failure: Failure) -> bool:
+    async def record_lost(self, engine: AsyncEngine, failure: Failure | Cancelled) -> bool:
         """Record a failed attempt whose transaction is gone, on a connection of its own
         (JOB_FINISH_MANY's status guard keeps it from overwriting a newer outcome); False,
         logged, when that fails too."""
@@ -201,6 +263,30 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
             started,
             finished,
         )
+    if isinstance(outcome, Cancelled):
+        return (
+            outcome.job.id,
+            JobStatus.CANCELLED.value,
+            outcome.job.retry_count,
+            None,
+            outcome.error,
+            outcome.error_entry,
+            None,
+            outcome.started_at,
+            outcome.finished_at,
+        )
+    if isinstance(outcome, Snoozed):
+        return (
+            outcome.job.id,
+            outcome.status.value,
+            outcome.job.retry_count,
+            outcome.run_at,
+            None,
+            outcome.error_entry,
+            None,
+            outcome.started_at,
+            None,
+        )
     return (
         outcome.job.id,
         outcome.status.value,
@@ -238,11 +324,16 @@ def count(
     run_times: list[float] = []
     waits: list[float] = []
     for i, outcome in enumerate(outcomes):
-        if isinstance(outcome, Failure):
-            if outcome.status is JobStatus.RETRYING:
-                stats.retried += 1
+        if not isinstance(outcome, Success):
+            if isinstance(outcome, Failure):
+                if outcome.status is JobStatus.RETRYING:
+                    stats.retried += 1
+                else:
+                    stats.failed += 1
+            elif isinstance(outcome, Cancelled):
+                stats.cancelled += 1
             else:
-                stats.failed += 1
+                stats.snoozed += 1
             continue
         stats.processed += 1
         if begun is not None:

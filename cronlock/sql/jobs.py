@@ -681,14 +681,26 @@ JOB_GET = select(jobs).where(jobs.c.id == bindparam("id", type_=Uuid))
 _job_latency = func.extract("epoch", jobs.c.completed_at - jobs.c.created_at)
 _completed = jobs.c.status == literal_column("'completed'")
 
-# Per queue: jobs finished for good and retries made, and the created→completed latency of the
-# completed ones as histogram buckets, all read from the table at scrape time.
+# The snoozes a job's handler asked for (JobSnooze): its history's entries with that outcome,
+# counted only in the rows that have one (a containment test the scrape makes per row anyway).
+_snoozed = jobs.c.error_history.op("@>")(literal_column("""'[{"outcome": "snoozed"}]'::jsonb"""))
+_snoozes = func.jsonb_array_length(
+    func.jsonb_path_query_array(
+        jobs.c.error_history, literal_column("""'$[*] ? (@.outcome == "snoozed")'::jsonpath""")
+    )
+)
+
+# Per queue: jobs finished for good (completed, failed, cancelled), retries made, snoozes, and
+# the created→completed latency of the completed ones as histogram buckets, all read from the
+# table at scrape time.
 JOB_TOTALS = (
     select(
         jobs.c.queue,
         func.count().filter(_completed).label("completed"),
         func.count().filter(jobs.c.status == literal_column("'failed'")).label("failed"),
+        func.count().filter(jobs.c.status == literal_column("'cancelled'")).label("cancelled"),
         func.coalesce(func.sum(jobs.c.retry_count), 0).label("retries"),
+        func.coalesce(func.sum(_snoozes).filter(_snoozed), 0).label("snoozes"),
         func.coalesce(func.sum(_job_latency).filter(_completed), 0.0).label("latency_sum"),
         *buckets(_job_latency, _completed),
     )

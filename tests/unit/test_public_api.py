@@ -47,8 +47,22 @@ def test_what_a_user_writes_is_public() -> None:
         assert {"stop", "handle_signals"} <= set(inspect.signature(serve).parameters)
     assert inspect.iscoroutinefunction(cronlock.App.migrate)
     assert inspect.iscoroutinefunction(cronlock.App.status)
-    # The drainer's claimed job is the drainer's: a handler gets (session, payload).
+    # The drainer's claimed job is the drainer's: a handler gets (session, payload), asks
+    # for its job's context, and may return JobCancel or JobSnooze as its outcome.
     assert "Job" not in cronlock.__all__
+    assert {"JobCancel", "JobContext", "JobSnooze", "NoCurrentJob", "current_job"} <= set(
+        cronlock.__all__
+    )
+    assert inspect.signature(cronlock.current_job).parameters == {}
+    assert inspect.signature(cronlock.current_job).return_annotation in ("JobContext",)
+    assert set(inspect.signature(cronlock.JobContext).parameters) == {
+        "id",
+        "job_type",
+        "queue",
+        "attempt",
+        "max_retries",
+        "enqueued_at",
+    }
 
 
 def test_version_is_the_installed_distributions() -> None:

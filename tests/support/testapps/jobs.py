@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, Integer, MetaData, Table, Text, insert, text, update
+from sqlalchemy import Column, Integer, MetaData, Table, Text, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import cronlock
@@ -133,6 +133,36 @@ async def commits_then_fails(session: AsyncSession, payload: Any) -> None:
     raise RuntimeError("failed after committing")
 
 
+async def knows(session: AsyncSession, payload: Any) -> dict[str, Any]:
+    """Returns what current_job() says, in the handler and in a task it started."""
+
+    async def in_a_task() -> dict[str, Any]:
+        return cronlock.current_job().to_dict()
+
+    seen = cronlock.current_job().to_dict()
+    assert await asyncio.create_task(in_a_task()) == seen
+    if payload.get("fail_first") and cronlock.current_job().attempt == 1:
+        raise ValueError("first attempt fails")
+    return seen
+
+
+async def gives_up(session: AsyncSession, payload: Any) -> cronlock.JobCancel:
+    """Logs, then cancels its job: the log line commits with the cancellation."""
+    await session.execute(insert(job_log).values(job="gives_up"))
+    return cronlock.JobCancel(payload.get("reason", ""))
+
+
+async def snoozy(session: AsyncSession, payload: Any) -> Any:
+    """Logs each run; snoozes for ``delay`` seconds until it has run ``times`` times."""
+    await session.execute(insert(job_log).values(job=f"snoozy:{payload['key']}"))
+    ran = await session.scalar(
+        select(func.count()).where(job_log.c.job == f"snoozy:{payload['key']}")
+    )
+    if (ran or 0) < payload["times"]:
+        return cronlock.JobSnooze(payload.get("delay", 60))
+    return {"runs": ran, "attempt": cronlock.current_job().attempt}
+
+
 def create_app(attempts: dict[str, int] | None = None) -> cronlock.App:
     """A new App with these handlers (each test builds its own). The flaky handler counts its
     attempts per payload key in ``attempts``, for the test that gave it to read."""
@@ -160,6 +190,9 @@ def create_app(attempts: dict[str, int] | None = None) -> cronlock.App:
     app.job("bad_result")(bad_result)
     app.job("bad_sql", max_retries=0)(bad_sql)
     app.job("commits_then_fails", max_retries=0)(commits_then_fails)
+    app.job("knows", max_retries=2, backoff=cronlock.Backoff(jitter=0))(knows)
+    app.job("gives_up", max_retries=5)(gives_up)
+    app.job("snoozy", max_retries=0)(snoozy)
     return app
 
 
