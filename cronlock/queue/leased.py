@@ -53,7 +53,8 @@ from ..database import Database
 from ..observe.stats import DrainStats
 from ..pg import session_has_pending, session_untouched
 from .attempt import Attempts, _describe
-from .complete import Attempt, Failure, Success, count, micros_of
+from .complete import Attempt, Cancelled, Failure, Snoozed, Success, count, micros_of
+from .handling import JobCancel, JobSnooze, running
 from .jobs import Handler, Job, to_json
 from .lanes import Lane, Lanes, _decode
 from .lease import Keepalive
@@ -222,11 +223,21 @@ class LeasedLanes(Lanes):
             bind=conn, expire_on_commit=False, sync_session_class=LeaseSession
         )
         lane.session = None
-        task = asyncio.ensure_future(_call(handler, session, job.payload))
+        context = running.set((job, self.queue))  # current_job(), copied into the task
+        try:
+            task = asyncio.ensure_future(_call(handler, session, job.payload))
+        finally:
+            running.reset(context)
         self.running[job.id] = task
+        directed: JobCancel | JobSnooze | None = None
         try:
             value = await task
-            result = None if value is None else to_json(value, "the handler's result")
+            if value is None:
+                result = None
+            elif isinstance(value, JobCancel | JobSnooze):
+                result, directed = None, value
+            else:
+                result = to_json(value, "the handler's result")
         except Exception as exc:
             with contextlib.suppress(Exception):
                 if session.in_transaction():
@@ -238,37 +249,46 @@ class LeasedLanes(Lanes):
         finally:
             self.running.pop(job.id, None)
         finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
-        success = Success(job, result, started, finished)
+        outcome: Attempt = (
+            Success(job, result, started, finished)
+            if directed is None
+            else attempts.directed(job, directed, started, finished)
+        )
         sync = cast(LeaseSession, session.sync_session)
         if not sync.in_transaction() and not session_has_pending(sync):
             if session_untouched(sync):
                 lane.session = session
-            return success
-        await self._complete_in_session(session, driver, success, attempt, begun)
+            return outcome
+        await self._complete_in_session(session, driver, outcome, attempt, begun)
         return None
 
     async def _complete_in_session(
         self,
         session: AsyncSession,
         driver: pg.DriverConnection,
-        success: Success,
+        success: Attempt,
         attempt: int,
         began: float,
     ) -> None:
-        """The handler's writes and the completion, last, in one transaction: both or none."""
+        """The handler's writes and the completion (its result, or the JobCancel/JobSnooze
+        it returned), last, in one transaction: both or none."""
         held = self._held_of(success.job.id)
         try:
             await session.flush()
-            done = await driver.fetch(
-                self._complete_many.sql,
-                *self._complete_many.args(
+            if isinstance(success, Success):
+                statement = self._complete_many
+                args = statement.args(
                     ids=[success.job.id],
                     attempts=[attempt],
                     results=[success.result],
                     worker=self.owner,
                     now=self._db_now(),
-                ),
-            )
+                )
+            else:
+                statement = self._finish_many
+                columns = _finish_columns([success], {success.job.id: attempt})
+                args = statement.args(worker=self.owner, now=self._db_now(), **columns)
+            done = await driver.fetch(statement.sql, *args)
             applied = bool(done)
             sync = cast(LeaseSession, session.sync_session)
             if applied:
@@ -287,9 +307,10 @@ class LeasedLanes(Lanes):
             with contextlib.suppress(Exception):
                 await session.rollback()
             handler = self.attempts.handlers[success.job.job_type]
-            failure = self.attempts.failed(
-                success.job, _describe(exc, handler), success.started, handler
+            started = (
+                success.started if isinstance(success, Success) else micros_of(success.started_at)
             )
+            failure = self.attempts.failed(success.job, _describe(exc, handler), started, handler)
             await self._write(driver, [failure], [began], held)
             return
         if held is not None:
@@ -409,6 +430,11 @@ def _finish_columns(
         columns["attempts"].append(attempts[job.id])
         if isinstance(outcome, Success):
             row: tuple[Any, ...] = ("completed", job.retry_count, None, None, None, outcome.result)
+        elif isinstance(outcome, Cancelled):
+            row = ("cancelled", job.retry_count, None, outcome.error, outcome.error_entry, None)
+        elif isinstance(outcome, Snoozed):
+            wait = max((outcome.run_at - outcome.finished_at).total_seconds(), 0.0)
+            row = (outcome.status.value, job.retry_count, wait, None, outcome.error_entry, None)
         else:
             delay = _delay_of(outcome)
             row = (

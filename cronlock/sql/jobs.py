@@ -473,10 +473,11 @@ _lease_retry_at = _db_clock + cast(_lease_outcomes.c.delay, Double) * literal_co
     "interval '1 second'", Interval
 )
 _lease_done = cast(_lease_outcomes.c.status, Text).in_(
-    [literal_column("'completed'"), literal_column("'failed'")]
+    [literal_column("'completed'"), literal_column("'failed'"), literal_column("'cancelled'")]
 )
 
-# Any mix of outcomes of one owner (completed, retrying after :delays seconds, failed), fenced
+# Any mix of outcomes of one owner (completed, retrying or snoozed after :delays seconds,
+# failed, cancelled), fenced
 # like JOB_LEASE_COMPLETE_MANY; returns the ids it wrote.
 JOB_LEASE_FINISH_MANY = (
     update(jobs)

@@ -83,7 +83,7 @@ async def test_a_handler_knows_its_job_on_every_attempt(database: Database) -> N
         cronlock.current_job()
 
 
-@pytest.mark.parametrize("commit_mode", ["strict", "batch"])
+@pytest.mark.parametrize("commit_mode", ["strict", "batch", "lease"])
 async def test_job_cancel_ends_the_job_cancelled_never_retried(
     database: Database, commit_mode: str
 ) -> None:
@@ -117,7 +117,7 @@ async def test_job_cancel_ends_the_job_cancelled_never_retried(
         assert (await app.retry_job(done.id)).outcome.value == "wrong_status"
 
 
-@pytest.mark.parametrize("commit_mode", ["strict", "batch"])
+@pytest.mark.parametrize("commit_mode", ["strict", "batch", "lease"])
 async def test_job_snooze_runs_again_later_without_counting_an_attempt(
     database: Database, commit_mode: str
 ) -> None:
