@@ -36,7 +36,8 @@ from .locks import lock_key, namespace_key
 from .outcome import DrainResult, JobStatus, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
 from .pg import ServerError
-from .queue import control, operate
+from .queue import cancel, control, operate
+from .queue.cancel import DEFAULT_CANCEL_WAIT
 from .queue.drainer import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_KEEPALIVE,
@@ -747,10 +748,16 @@ class App:
         return await operate.change_jobs(self.database, operate.Verb.RETRY, where)
 
     @_schema_checked
-    async def cancel_job(self, job_id: uuid.UUID | str) -> operate.JobChange:
-        """Cancel a waiting job: it becomes ``cancelled`` and never runs. A job a drainer
-        holds right now is reported ``running``, not cancelled (its attempt ends as it ends)."""
-        return await operate.change_job(self.database, operate.Verb.CANCEL, job_id)
+    async def cancel_job(
+        self, job_id: uuid.UUID | str, *, wait: float = DEFAULT_CANCEL_WAIT
+    ) -> operate.JobChange:
+        """Cancel a job. A waiting one becomes ``cancelled`` and never runs (``cancelled``). A
+        running one is cancelled cooperatively: its drainer is told, its handler's task is
+        cancelled (it gets ``CancelledError`` at its next await), its writes are rolled back
+        and it ends ``cancelled``, not retried; this waits up to ``wait`` seconds to say so
+        (``cancelled``), or that it completed first (``completed``, not changed), or that
+        it has not stopped yet (``cancel_requested``: the request stands)."""
+        return await cancel.cancel_job(self.database, job_id, wait=wait)
 
     @_schema_checked
     async def cancel_jobs(
@@ -762,7 +769,9 @@ class App:
         created_after: datetime | None = None,
         created_before: datetime | None = None,
     ) -> operate.JobsChanged:
-        """``cancel_job`` for every waiting (pending or retrying) job that matches."""
+        """``cancel_job`` for every waiting (pending or retrying) job that matches, in batches
+        of short transactions: a waiting one is cancelled; one a drainer runs now is asked to
+        stop, without waiting, and counted ``cancel_requested``."""
         where = operate.JobFilter.build(
             status=status,
             queue=queue,

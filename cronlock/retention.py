@@ -266,6 +266,9 @@ async def prune(
         async with database.engine.begin() as conn:
             gone = await conn.execute(sql.WORKER_PRUNE, {"older_than": retention.workers})
             removed["workers"] = int(gone.rowcount)
+            # Cancel requests nobody settled (their job ended after its operator stopped
+            # waiting), as old as the completed jobs retention removes.
+            await conn.execute(sql.CANCEL_PRUNE, {"before": now - retention.completed})
     finally:
         await lock.release()
     result = PruneResult(

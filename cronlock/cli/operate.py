@@ -7,9 +7,11 @@ one job (``ID``) or on every job a filter matches; a change by filter says how m
 would change and asks first, unless ``--yes``.
 
 Exit codes: 0 done (or nothing matched); 1 nothing was changed: the one job is running, not
-found or in a status the verb does not act on, or the question was answered no (or could not
-be asked); 2 usage or configuration error (one line, nothing changed); 3 partial: a change by
-filter left some matching jobs alone (running now, or their dedup key is held), the rest done.
+found or in a status the verb does not act on (a running job cancelled too late: it
+completed), or the question was answered no (or could not be asked); 2 usage or configuration
+error (one line, nothing changed); 3 partial: a change by filter left some matching jobs alone
+(running now, or their dedup key is held), the rest done, or a running job's cancel was
+requested but had not stopped it within ``--wait``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import click
 from ..app import App
 from ..errors import InvalidJobOption
 from ..outcome import JobStatus
-from ..queue.operate import JobChange, JobsChanged
+from ..queue.cancel import DEFAULT_CANCEL_WAIT
+from ..queue.operate import ChangeOutcome, JobChange, JobsChanged
 from . import render
 from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, Options, exit_with, pass_options, run
 
@@ -84,7 +87,8 @@ def jobs_group() -> None:
 
     Exit codes: 0 done (or nothing matched), 1 nothing changed (the job is running, not
     found or in the wrong status; a bulk change not confirmed), 2 usage error, 3 partial (a
-    change by filter left some matching jobs alone)."""
+    change by filter left some matching jobs alone; a running job's cancel requested but not
+    stopped within --wait)."""
 
 
 @jobs_group.command("list")
@@ -138,13 +142,22 @@ def show_job(options: Options, job_id: str, as_json: bool) -> None:
         click.echo(line)
 
 
-def _change(verb: str, one: Callable[[App, str], Any], many: Callable[..., Any]) -> Any:
-    @jobs_group.command(verb)
-    @click.argument("job_id", required=False)
-    @_filters
-    @click.option("--yes", "-y", is_flag=True, help="Change every matching job without asking.")
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-    @pass_options
+def _wait_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--wait",
+        type=click.FloatRange(0, 3600),
+        default=DEFAULT_CANCEL_WAIT,
+        show_default=True,
+        help="Seconds to wait for a running job's drainer to stop it (exit 3 if it has not).",
+    )(command)
+
+
+def _change(
+    verb: str,
+    one: Callable[..., Any],
+    many: Callable[..., Any],
+    extra: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+) -> Any:
     def command(
         options: Options,
         job_id: str | None,
@@ -155,6 +168,7 @@ def _change(verb: str, one: Callable[[App, str], Any], many: Callable[..., Any])
         until: str | None,
         yes: bool,
         as_json: bool,
+        **more: Any,
     ) -> None:
         given = _filter(statuses, queue, job_type, since, until)
         if job_id is not None and _has_filter(given):
@@ -162,11 +176,13 @@ def _change(verb: str, one: Callable[[App, str], Any], many: Callable[..., Any])
         app = options.load_app()
         options.database(app)
         if job_id is not None:
-            change: JobChange = run(lambda: one(app, job_id), app)
+            change: JobChange = run(lambda: one(app, job_id, **more), app)
             if as_json:
                 click.echo(json.dumps(change.to_dict()))
             else:
                 click.echo(render.job_change(change))
+            if change.outcome is ChangeOutcome.CANCEL_REQUESTED:
+                exit_with(EXIT_PARTIAL)  # asked, not yet stopped: the request stands
             exit_with(EXIT_OK if change.changed else EXIT_FAILED)
 
         async def go() -> tuple[int, JobsChanged | None]:
@@ -188,7 +204,17 @@ def _change(verb: str, one: Callable[[App, str], Any], many: Callable[..., Any])
             click.echo(render.jobs_changed(done))
         exit_with(EXIT_PARTIAL if done.changed < done.matched else EXIT_OK)
 
-    return command
+    decorated: Any = command if extra is None else extra(command)
+    for decorate in (
+        pass_options,
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+        click.option("--yes", "-y", is_flag=True, help="Change every matching job without asking."),
+        _filters,
+        click.argument("job_id", required=False),
+        jobs_group.command(verb),
+    ):
+        decorated = decorate(decorated)
+    return decorated
 
 
 def _confirm(verb: str, matching: int) -> bool:
@@ -202,9 +228,18 @@ def _confirm(verb: str, matching: int) -> bool:
 retry = _change("retry", lambda app, job_id: app.retry_job(job_id), App.retry_jobs)
 retry.help = """Make failed (or retrying) jobs due now, their history kept: ID, or every
     failed and retrying job the filters match (asks first unless --yes)."""
-cancel = _change("cancel", lambda app, job_id: app.cancel_job(job_id), App.cancel_jobs)
-cancel.help = """Cancel waiting jobs, which then never run: ID, or every pending and retrying
-    job the filters match (asks first unless --yes). A running job is reported, not changed."""
+cancel = _change(
+    "cancel",
+    lambda app, job_id, wait: app.cancel_job(job_id, wait=wait),
+    App.cancel_jobs,
+    _wait_option,
+)
+cancel.help = """Cancel jobs: ID, or every pending and retrying job the filters match (asks
+    first unless --yes). A waiting job is cancelled and never runs. A job a drainer runs now
+    (ID only) is stopped at its handler's next await, its writes rolled back, and cancelled:
+    exit 0 once it is, 1 if it completed first, 3 if not stopped within --wait (the request
+    stands). By filter, the running ones are asked to stop without waiting (counted
+    cancel_requested, exit 3)."""
 delete = _change("delete", lambda app, job_id: app.delete_job(job_id), App.delete_jobs)
 delete.help = """Delete finished jobs (completed, failed, cancelled): ID, or every finished job
     the filters match (asks first unless --yes)."""

@@ -581,6 +581,8 @@ def job_lines(job: JobInfo) -> list[str]:
         f"  payload     {json.dumps(job.payload)}",
         f"  result      {json.dumps(job.result)}",
     ]
+    if job.cancel_requested_at is not None:
+        lines.append(f"  cancel      requested {job.cancel_requested_at.isoformat()}")
     if job.error_message:
         lines.append(f"  error       {job.error_message}")
     for entry in job.error_history:

@@ -21,6 +21,7 @@ from .. import schema, sql
 from ..app import App
 from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable
 from ..outcome import JobStatus
+from ..queue.cancel import DEFAULT_CANCEL_WAIT
 from ..queue.control import QueueInfo, QueueState
 from ..queue.jobs import MAX_CONCURRENCY_LIMIT, MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
 from ..queue.operate import MAX_PAGE_SIZE, ChangeOutcome, JobChange
@@ -118,6 +119,7 @@ class JobView(BaseModel):
     run_at: datetime
     started_at: datetime | None
     completed_at: datetime | None
+    cancel_requested_at: datetime | None = None
 
 
 class JobPageView(BaseModel):
@@ -180,6 +182,10 @@ class Health(BaseModel):
     status: str
     revision: str | None = None
     detail: str | None = None
+
+
+# The longest an HTTP cancel waits for a running job to stop (a client's request timeout).
+MAX_CANCEL_WAIT = 60.0
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -314,11 +320,22 @@ def create_router(
     @router.post(
         "/jobs/{job_id}/cancel",
         response_model=JobChangeView,
-        **guarded("writes", 404, 409, 422),
-        summary="Cancel a waiting job",
+        **guarded("writes", 404, 409, 422, responses={202: {"model": JobChangeView}}),
+        summary="Cancel a job: a waiting one at once, a running one cooperatively",
     )
-    async def cancel_job(job_id: Annotated[uuid.UUID, Path()]) -> JobChangeView:
-        return _changed(await app.cancel_job(job_id))
+    async def cancel_job(
+        job_id: Annotated[uuid.UUID, Path()],
+        wait: Annotated[float, Query(ge=0, le=MAX_CANCEL_WAIT)] = DEFAULT_CANCEL_WAIT,
+    ) -> Response:
+        """200 ``cancelled``; 202 ``cancel_requested`` when the drainer running the job has
+        not stopped it within ``wait`` seconds (the request stands); 409 ``completed`` when it
+        completed first, or for a job not waiting or running; 404."""
+        change = await app.cancel_job(job_id, wait=wait)
+        if change.outcome is ChangeOutcome.CANCEL_REQUESTED:
+            view = JobChangeView.model_validate(change.to_dict())
+            return JSONResponse(view.model_dump(mode="json"), status_code=202)
+        changed = _changed(change)
+        return JSONResponse(changed.model_dump(mode="json"), status_code=200)
 
     @router.delete(
         "/jobs/{job_id}",

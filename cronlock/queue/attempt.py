@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from ..outcome import JobStatus, error_line
 from ..pg import session_has_pending, session_untouched
+from .cancel import CancelRequested, Cancels, Scope
 from .complete import (
     Attempt,
     Cancelled,
@@ -86,13 +87,26 @@ class Attempts:
         self.queue = queue
         self.clock = clock
         self.rng = rng
+        # The attempts running now, for an operator's cancel (cancel.py).
+        self.cancels = Cancels(queue)
 
     async def run(self, conn: AsyncConnection, slot: SessionSlot, job: Job) -> Attempt:
         """One attempt of ``job`` on ``conn`` (inside the lane's transaction)."""
+        scope = self.cancels.enter(job.id)
+        try:
+            return await self._run(conn, slot, job, scope)
+        finally:
+            self.cancels.leave(scope)
+
+    async def _run(
+        self, conn: AsyncConnection, slot: SessionSlot, job: Job, scope: Scope
+    ) -> Attempt:
         handler = self.handlers.get(job.job_type)
         # The clock as an integer (µs), read twice per job: cheaper to read and to send.
         clock = self.clock
         started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        if scope.requested:  # an operator's cancel came before the attempt
+            return self.stopped(job, started, ran=False)
         if handler is None:
             return self.failed(
                 job, f"no handler registered for job type {job.job_type!r}", started, None
@@ -104,14 +118,23 @@ class Attempts:
             bind=conn, expire_on_commit=False, sync_session_class=JobSession
         )
         slot.session = None
-        context = running.set((job, self.queue))
+        context = running.set((job, self.queue, scope))
         directed: JobCancel | JobSnooze | None = None
         try:
-            if handler.timeout is None:
-                value = await handler.func(session, job.payload)
-            else:
-                async with asyncio.timeout(handler.timeout):
+            scope.begin()
+            try:
+                if handler.timeout is None:
                     value = await handler.func(session, job.payload)
+                else:
+                    async with asyncio.timeout(handler.timeout):
+                        value = await handler.func(session, job.payload)
+            except BaseException as exc:
+                # An operator's cancel is the scope's own cancellation: any other (the
+                # drainer's abort) goes on.
+                if scope.end() and isinstance(exc, asyncio.CancelledError):
+                    raise CancelRequested() from None
+                raise
+            scope.end()
             if value is None:
                 result = None
             elif isinstance(value, JobCancel | JobSnooze):
@@ -129,18 +152,45 @@ class Attempts:
                 if session.in_transaction():
                     await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
             except Exception as broken:
-                raise LostLease(self.failed(job, error, started, handler)) from broken
+                raise LostLease(self.ended(job, error, started, handler, scope)) from broken
             if conn.invalidated or cast(JobSession, session.sync_session).released:
                 # The handler committed its session (released the savepoint) and then
                 # failed: only dropping the whole transaction keeps its writes from staying.
-                raise LostLease(self.failed(job, error, started, handler)) from exc
-            return self.failed(job, error, started, handler)
+                raise LostLease(self.ended(job, error, started, handler, scope)) from exc
+            return self.ended(job, error, started, handler, scope)
         finally:
             running.reset(context)
         finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
         if directed is not None:
             return self.directed(job, directed, started, finished)
         return Success(job, result, started, finished)
+
+    def ended(
+        self, job: Job, error: str, started: int, handler: Handler | None, scope: Scope
+    ) -> Failure | Cancelled:
+        """A handler that raised: a failed attempt, unless an operator asked to cancel the
+        job (then, whatever it raised, it is cancelled, not retried)."""
+        if scope.requested:
+            return self.stopped(job, started, ran=True)
+        return self.failed(job, error, started, handler)
+
+    def stopped(self, job: Job, started: int, *, ran: bool) -> Cancelled:
+        """An operator's cancel ended the attempt (its writes rolled back), logged."""
+        now = self.clock() if self.clock is not None else datetime.now(UTC)
+        error = (
+            "cancelled by an operator while running: its handler was stopped"
+            if ran
+            else "cancelled by an operator before its handler started"
+        )
+        logger.info(
+            "job %s (%s) attempt %d: %s",
+            job.id,
+            job.job_type,
+            job.retry_count + 1,
+            error,
+            extra={"action": "job_cancelled", "queue": self.queue, "job_id": str(job.id)},
+        )
+        return cancelled(job, error, datetime_of(started), now)
 
     def directed(
         self, job: Job, outcome: JobCancel | JobSnooze, started: int, finished: int
@@ -188,6 +238,8 @@ class Attempts:
 
 
 def _describe(exc: BaseException, handler: Handler) -> str:
+    if isinstance(exc, CancelRequested):
+        return "cancelled by an operator while running"
     if isinstance(exc, TimeoutError) and handler.timeout is not None:
         return f"TimeoutError: the handler ran longer than its timeout of {handler.timeout} s"
     return error_line(exc)

@@ -22,7 +22,9 @@ in its own module, in the order a job meets them.
    if the handler uses it, its timeout, and the session handed on when left untouched.
 4. The completion (``complete.py``): an attempt's outcome as a value (success, or the retry
    rule's retrying/failed) and the one statement that writes a batch's outcomes.
-5. The workers table (``workers.py``): a heartbeat row that makes the drainer visible; the one
+5. Cancellation (``cancel.py``): an operator's cancel of a running job reaches its attempt by
+   a notification (or the drainer's poll of the requests) and stops its handler's task.
+6. The workers table (``workers.py``): a heartbeat row that makes the drainer visible; the one
    rule for when such a row stops counting as alive is ``sql.WORKER_ALIVE_WITHIN``.
 
 Shutdown: ``stop()`` stops claiming; jobs in flight finish (within the grace period the
@@ -273,6 +275,8 @@ class Drainer:
         """Run the lanes under the lease's watch (and, in the lease mode, the liveness lock's
         and the sweeper); an error message if a lane failed or a lock was lost."""
         watch = asyncio.create_task(lease.watch(self.stop))
+        # What no notification reached of an operator's cancel of a running job (cancel.py).
+        cancels = asyncio.create_task(self._attempts.cancels.watch(self.database))
         try:
             running = lanes.run(until_empty=until_empty)
             if leasing is not None:
@@ -280,6 +284,9 @@ class Drainer:
             else:
                 error = await running
         finally:
+            cancels.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await cancels
             watch.cancel()
             try:
                 lost: str | None = await watch

@@ -3,9 +3,9 @@
 A handler keeps the reference's signature, ``async def handler(session, payload)``. What it
 knows of its job beyond the payload it asks for: ``current_job()`` is the ``JobContext`` of
 the job the calling handler (or a task it started) runs — its id, type, queue, attempt number,
-retry limit and when it was enqueued. The drainer sets it for each attempt in a context
-variable, so a handler that never asks pays nothing and a helper three calls down can ask
-without the context being passed along.
+retry limit, when it was enqueued, and whether an operator asked to cancel it. The drainer
+sets it for each attempt in a context variable, so a handler that never asks pays nothing and
+a helper three calls down can ask without the context being passed along.
 
 What a handler returns is its job's outcome. A value that is JSON is the result of a
 completed job; two values end the job another way, River's ``JobCancel`` and ``JobSnooze``:
@@ -27,15 +27,15 @@ from __future__ import annotations
 import contextvars
 import math
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import InvalidJobOption, NoCurrentJob
 from ..outcome import MAX_MESSAGE_LENGTH
 from .jobs import MAX_DELAY, Job
 
-__all__ = ["JobCancel", "JobContext", "JobSnooze", "current_job", "running"]
+__all__ = ["JobCancel", "JobContext", "JobSnooze", "Requested", "current_job", "running"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,13 @@ class JobContext:
     attempt: int  # 1 for the first attempt; retries made + 1 (a snooze does not count)
     max_retries: int  # at most this many retries: max_retries + 1 attempts
     enqueued_at: datetime  # the job's created_at
+    _scope: Requested | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether an operator asked to cancel the job: its handler is being stopped (it gets
+        ``CancelledError`` at its next await; one that catches it should end soon)."""
+        return self._scope is not None and self._scope.requested
 
     @property
     def last_attempt(self) -> bool:
@@ -105,22 +112,30 @@ class JobContext:
             "attempt": self.attempt,
             "max_retries": self.max_retries,
             "enqueued_at": self.enqueued_at.isoformat(),
+            "cancel_requested": self.cancel_requested,
         }
 
 
 # The claimed job and its queue, set around each attempt: the JobContext is built only when a
 # handler asks (most never do), so an attempt pays for one context variable set and reset.
-running: contextvars.ContextVar[tuple[Job, str]] = contextvars.ContextVar("cronlock_job")
+running: contextvars.ContextVar[tuple[Job, str, Requested]] = contextvars.ContextVar("cronlock_job")
+
+
+class Requested(Protocol):
+    """Whether an operator asked to cancel the running job (``cancel.Scope``)."""
+
+    @property
+    def requested(self) -> bool: ...
 
 
 def current_job() -> JobContext:
     """The job the calling handler runs (also inside tasks the handler started); outside a
     handler, ``NoCurrentJob``."""
     try:
-        job, queue = running.get()
+        job, queue, scope = running.get()
     except LookupError:
         raise NoCurrentJob() from None
-    return JobContext(
+    context = JobContext(
         id=job.id,
         job_type=job.job_type,
         queue=queue,
@@ -128,6 +143,8 @@ def current_job() -> JobContext:
         max_retries=job.max_retries,
         enqueued_at=job.created_at,
     )
+    object.__setattr__(context, "_scope", scope)
+    return context
 
 
 def reason_of(cancel: JobCancel) -> str:

@@ -40,7 +40,7 @@ from .. import pg, sql
 from ..database import Database
 from ..observe.stats import DrainStats
 from ..outcome import error_line
-from ..sql.tables import jobs_channel
+from ..sql.tables import cancel_channel, jobs_channel
 from .attempt import Attempts, LostLease
 from .complete import Attempt, Completion, count
 from .jobs import Job
@@ -174,6 +174,9 @@ class Lanes:
         try:
             listener = await pg.connect(self.database, f"cronlock-listener:{self.queue}")
             await listener.add_listener(jobs_channel(self.database.schema), self._notified)
+            # An operator's cancel of a running job (cancel.py), for the attempts of these lanes.
+            cancels = self.attempts.cancels.notified
+            await listener.add_listener(cancel_channel(self.database.schema), cancels)
         except (OSError, pg.ServerError) as exc:
             # Behind PgBouncer in transaction mode there is no LISTEN: poll instead.
             logger.warning(

@@ -53,6 +53,7 @@ from ..database import Database
 from ..observe.stats import DrainStats
 from ..pg import session_has_pending, session_untouched
 from .attempt import Attempts, _describe
+from .cancel import CancelRequested, Scope
 from .complete import Attempt, Cancelled, Failure, Snoozed, Success, count, micros_of
 from .handling import JobCancel, JobSnooze, running
 from .jobs import Handler, Job, to_json
@@ -210,11 +211,30 @@ class LeasedLanes(Lanes):
         begun: float,
     ) -> Attempt | None:
         """Run ``job``'s handler; its outcome to write with the batch, or None when it was
-        written already (the handler used its session: completed in that transaction)."""
+        written already (the handler used its session: completed in that transaction). An
+        operator's cancel stops it as in the other modes (cancel.py's hook)."""
+        scope = self.attempts.cancels.enter(job.id)
+        try:
+            return await self._attempt_in(scope, conn, driver, lane, job, attempt, begun)
+        finally:
+            self.attempts.cancels.leave(scope)
+
+    async def _attempt_in(
+        self,
+        scope: Scope,
+        conn: AsyncConnection,
+        driver: pg.DriverConnection,
+        lane: Lane,
+        job: Job,
+        attempt: int,
+        begun: float,
+    ) -> Attempt | None:
         attempts: Attempts = self.attempts
         handler = attempts.handlers.get(job.job_type)
         clock = self.clock
         started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        if scope.requested:  # an operator's cancel came before the attempt
+            return attempts.stopped(job, started, ran=False)
         if handler is None:
             return attempts.failed(
                 job, f"no handler registered for job type {job.job_type!r}", started, None
@@ -223,7 +243,7 @@ class LeasedLanes(Lanes):
             bind=conn, expire_on_commit=False, sync_session_class=LeaseSession
         )
         lane.session = None
-        context = running.set((job, self.queue))  # current_job(), copied into the task
+        context = running.set((job, self.queue, scope))  # current_job(), copied into the task
         try:
             task = asyncio.ensure_future(_call(handler, session, job.payload))
         finally:
@@ -231,7 +251,15 @@ class LeasedLanes(Lanes):
         self.running[job.id] = task
         directed: JobCancel | JobSnooze | None = None
         try:
-            value = await task
+            scope.begin(task)
+            try:
+                value = await task
+            except BaseException as exc:
+                # The handler's task cancelled by an operator's cancel: that attempt's end.
+                if scope.end() and isinstance(exc, asyncio.CancelledError):
+                    raise CancelRequested() from None
+                raise
+            scope.end()
             if value is None:
                 result = None
             elif isinstance(value, JobCancel | JobSnooze):
@@ -244,8 +272,8 @@ class LeasedLanes(Lanes):
                     await session.rollback()  # none of this job's writes stay
             if conn.invalidated or driver.is_closed():
                 raise _HandBack(f"the lane's connection went while job {job.id} ran") from exc
-            error = _describe(exc, handler)
-            return attempts.failed(job, error, started, handler)
+            # Failed, or, an operator's cancel requested whatever it raised, cancelled.
+            return attempts.ended(job, _describe(exc, handler), started, handler, scope)
         finally:
             self.running.pop(job.id, None)
         finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000

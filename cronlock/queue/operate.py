@@ -10,9 +10,10 @@ Each verb returns what it changed, as a value: a ``JobChange`` for one job, a ``
 for a filter, with the jobs it left alone counted by why (``ChangeOutcome``). None waits on a
 drainer: the statements lock with ``FOR UPDATE SKIP LOCKED`` (``sql/jobs.py`` says why), so a
 job a lane is running right now — in the transactional commit modes, a waiting row its lane's
-transaction holds — is reported ``running`` and not changed; cancelling a running job
-cooperatively is for a later change. A change by filter walks the matching jobs in id order in
-bounded batches, each its own short transaction, so it never holds many locks for long.
+transaction holds — is reported ``running`` and not changed by these statements; cancelling
+a running job cooperatively is ``cancel.py``'s, on top of them. A change by filter walks the
+matching jobs in id order in bounded batches, each its own short transaction, so it never
+holds many locks for long.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ..outcome import (
     JOB_WAITING_STATUSES,
     JobStatus,
 )
+from ..sql.tables import cancel_channel
 from .jobs import check_job_type, check_queue
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "change_jobs",
     "count_jobs",
     "get_job",
+    "job_id_of",
     "list_jobs",
 ]
 
@@ -70,7 +73,9 @@ class ChangeOutcome(enum.StrEnum):
     RETRIED = "retried"
     CANCELLED = "cancelled"
     DELETED = "deleted"
-    RUNNING = "running"  # a drainer holds it right now: not changed (cancel it again later)
+    RUNNING = "running"  # a drainer holds it right now: not changed
+    CANCEL_REQUESTED = "cancel_requested"  # running: its drainer was asked to stop it
+    COMPLETED = "completed"  # cancel: it completed before the cancel reached it
     BUSY = "busy"  # another operator's change holds it right now: not changed
     WRONG_STATUS = "wrong_status"  # its status does not allow this verb (the detail says)
     DEDUP_KEY_HELD = "dedup_key_held"  # retry: another waiting job holds its dedup key
@@ -142,6 +147,8 @@ class JobInfo:
     next_retry_at: datetime | None
     started_at: datetime | None
     completed_at: datetime | None
+    # An operator's cancel of the running job, not settled yet (cancel.py).
+    cancel_requested_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobInfo:
@@ -163,6 +170,7 @@ class JobInfo:
             next_retry_at=row["next_retry_at"],
             started_at=row["started_at"],
             completed_at=row["completed_at"],
+            cancel_requested_at=row.get("cancel_requested_at"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,6 +192,7 @@ class JobInfo:
             "next_retry_at": _iso(self.next_retry_at),
             "started_at": _iso(self.started_at),
             "completed_at": _iso(self.completed_at),
+            "cancel_requested_at": _iso(self.cancel_requested_at),
         }
 
 
@@ -333,7 +342,7 @@ class JobFilter:
 async def get_job(database: Database, job_id: uuid.UUID | str) -> JobInfo | None:
     """The job, or None when there is none with that id."""
     async with database.connect() as conn:
-        row = (await conn.execute(sql.JOB_GET, {"id": _job_id(job_id)})).mappings().first()
+        row = (await conn.execute(sql.JOB_GET, {"id": job_id_of(job_id)})).mappings().first()
     return None if row is None else JobInfo.from_row(row)
 
 
@@ -384,7 +393,7 @@ async def count_jobs(database: Database, where: JobFilter, verb: Verb | None = N
 # -- changing -------------------------------------------------------------------------------
 
 
-def _job_id(job_id: uuid.UUID | str) -> uuid.UUID:
+def job_id_of(job_id: uuid.UUID | str) -> uuid.UUID:
     if isinstance(job_id, uuid.UUID):
         return job_id
     try:
@@ -426,6 +435,9 @@ async def _apply(
     were not."""
     rule = _RULES[verb]
     changed = {uuid.UUID(str(row[0])) for row in await conn.execute(rule.statement, {"ids": ids})}
+    if verb is Verb.RETRY and changed:
+        # A cancel request left from an earlier attempt must not stop the one retried now.
+        await conn.execute(sql.CANCEL_FORGET, {"ids": list(changed)})
     left = [job_id for job_id in ids if job_id not in changed]
     if not left:
         return changed, []
@@ -440,7 +452,7 @@ def _is_dedup_conflict(exc: IntegrityError) -> bool:
 
 async def change_job(database: Database, verb: Verb, job_id: uuid.UUID | str) -> JobChange:
     """``verb`` on one job, in one short transaction: what it did, or why not."""
-    target = _job_id(job_id)
+    target = job_id_of(job_id)
     rule = _RULES[verb]
     try:
         async with database.engine.begin() as conn:
@@ -457,6 +469,26 @@ async def change_job(database: Database, verb: Verb, job_id: uuid.UUID | str) ->
         )
         return JobChange(target, rule.done, rule.status_after, detail)
     return others[0]
+
+
+async def _ask_to_cancel(
+    conn: AsyncConnection, schema: str, others: list[JobChange]
+) -> list[JobChange]:
+    """A cancel by filter asks the drainers to stop the matching jobs they run now (cancel.py
+    says how), without waiting for them: each is reported ``cancel_requested``."""
+    running = [change.job_id for change in others if change.outcome is ChangeOutcome.RUNNING]
+    if not running:
+        return others
+    channel = cancel_channel(schema)
+    await conn.execute(sql.CANCEL_REQUEST, {"ids": running})
+    await conn.execute(sql.CANCEL_NOTIFY, {"ids": running, "channel": channel})
+    detail = "running: its drainer was asked to stop it"
+    return [
+        JobChange(c.job_id, ChangeOutcome.CANCEL_REQUESTED, c.status, detail)
+        if c.outcome is ChangeOutcome.RUNNING
+        else c
+        for c in others
+    ]
 
 
 async def change_jobs(
@@ -496,6 +528,8 @@ async def change_jobs(
                         one = set()
                     done |= one
                     others += why
+            if verb is Verb.CANCEL:
+                others = await _ask_to_cancel(conn, database.schema, others)
         matched += len(ids)
         changed += len(done)
         for change in others:

@@ -13,6 +13,7 @@ the same tables, its values bound all the same.
 
 from __future__ import annotations
 
+from .cancels import CANCEL_FORGET, CANCEL_NOTIFY, CANCEL_PRUNE, CANCEL_REQUEST, CANCEL_REQUESTED
 from .histograms import LATENCY_BUCKETS
 from .jobs import (
     CONCURRENCY_NAMESPACE,
@@ -44,6 +45,7 @@ from .jobs import (
     JOB_RECENT_FAILURES,
     JOB_RETRY,
     JOB_STATES,
+    JOB_STATUS_SETTLED,
     JOB_TOTALS,
     job_candidates,
     job_count,
@@ -55,6 +57,7 @@ from .locks import (
     KEEPALIVE_SETTINGS,
     LOCK_HOLDERS,
     LOCK_SHARED_HOLDERS,
+    LOCK_TIMEOUT_LOCAL,
     LOCK_TRY_XACT,
     LOCK_TRY_XACT_BIGINT,
     LOCK_TRY_XACT_SHARED,
@@ -103,6 +106,11 @@ from .workers import (
 )
 
 __all__ = [
+    "CANCEL_FORGET",
+    "CANCEL_NOTIFY",
+    "CANCEL_PRUNE",
+    "CANCEL_REQUEST",
+    "CANCEL_REQUESTED",
     "CONCURRENCY_NAMESPACE",
     "ITEM_RELEASE",
     "ITEM_RELEASE_AND_SAVEPOINT",
@@ -136,11 +144,13 @@ __all__ = [
     "JOB_RECENT_FAILURES",
     "JOB_RETRY",
     "JOB_STATES",
+    "JOB_STATUS_SETTLED",
     "JOB_TOTALS",
     "KEEPALIVE_SETTINGS",
     "LATENCY_BUCKETS",
     "LOCK_HOLDERS",
     "LOCK_SHARED_HOLDERS",
+    "LOCK_TIMEOUT_LOCAL",
     "LOCK_TRY_XACT",
     "LOCK_TRY_XACT_BIGINT",
     "LOCK_TRY_XACT_SHARED",

@@ -43,7 +43,7 @@ from ..locks import namespace_key
 from ..outcome import JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
 from .histograms import buckets
 from .queues import QUEUE_PAUSED_NOW
-from .tables import JOB_DEDUP_PREDICATE, jobs
+from .tables import JOB_DEDUP_PREDICATE, cancel_requests, jobs
 
 __all__ = [
     "CONCURRENCY_NAMESPACE",
@@ -75,6 +75,7 @@ __all__ = [
     "JOB_RECENT_FAILURES",
     "JOB_RETRY",
     "JOB_STATES",
+    "JOB_STATUS_SETTLED",
     "JOB_TOTALS",
     "job_candidates",
     "job_count",
@@ -677,7 +678,16 @@ JOB_RATES = select(
 ).where(jobs.c.completed_at.is_not(None))
 
 
-JOB_GET = select(jobs).where(jobs.c.id == bindparam("id", type_=Uuid))
+# When an operator asked to cancel the job while it ran, if the request is still open: a
+# primary-key probe of cancel_requests per job shown.
+_cancel_requested_at = (
+    select(cancel_requests.c.requested_at)
+    .where(cancel_requests.c.job_id == jobs.c.id)
+    .scalar_subquery()
+    .label("cancel_requested_at")
+)
+
+JOB_GET = select(jobs, _cancel_requested_at).where(jobs.c.id == bindparam("id", type_=Uuid))
 
 _job_latency = func.extract("epoch", jobs.c.completed_at - jobs.c.created_at)
 _completed = jobs.c.status == literal_column("'completed'")
@@ -773,7 +783,7 @@ def job_where(
 def job_list(where: list[ColumnElement[bool]], *, after: bool) -> Select[Any]:
     """Jobs matching ``where``, newest first (created_at, then id), :limit of them; with
     ``after``, those after the keyset position (:after_created_at, :after_id) of a page."""
-    query = select(jobs).where(*where)
+    query = select(jobs, _cancel_requested_at).where(*where)
     if after:
         position = tuple_(
             bindparam("after_created_at", type_=DateTime(timezone=True)),
@@ -859,6 +869,13 @@ JOB_STATES = select(
     (jobs.c.run_at <= func.now()).label("due"),
     _DEDUP_HELD.label("dedup_held"),
 ).where(jobs.c.id == any_(_ids))
+
+# A job's status once nobody holds its row: FOR SHARE waits (under the caller's lock_timeout)
+# for the lane running it to commit, and reads the row that commit left. What an operator's
+# cancel of a running job waits on.
+JOB_STATUS_SETTLED = (
+    select(jobs.c.status).where(jobs.c.id == bindparam("id", type_=Uuid)).with_for_update(read=True)
+)
 
 _prune_position = tuple_(
     bindparam("after_completed_at", type_=DateTime(timezone=True)),

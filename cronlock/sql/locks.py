@@ -24,6 +24,7 @@ __all__ = [
     "KEEPALIVE_SETTINGS",
     "LOCK_HOLDERS",
     "LOCK_SHARED_HOLDERS",
+    "LOCK_TIMEOUT_LOCAL",
     "LOCK_TRY_XACT",
     "LOCK_TRY_XACT_BIGINT",
     "LOCK_TRY_XACT_SHARED",
@@ -136,6 +137,10 @@ NO_TIMEOUTS_LOCAL = select(
     func.set_config("statement_timeout", "0", True),
     func.set_config("lock_timeout", "0", True),
 )
+
+# How long this transaction waits for a row lock (:timeout, e.g. '2500ms') before it gives up:
+# an operator's cancel waits for the lane running the job, for as long as it was told to.
+LOCK_TIMEOUT_LOCAL = select(func.set_config("lock_timeout", bindparam("timeout", type_=Text), True))
 
 # The lock connection is alive (and so is the lock taken in its transaction). No parameters, so
 # that it can go by the simple query protocol, which leaves no portal (and no snapshot) behind.

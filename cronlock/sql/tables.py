@@ -59,6 +59,8 @@ __all__ = [
     "SCHEMA",
     "VERSION_TABLE",
     "WORKER_STATES",
+    "cancel_channel",
+    "cancel_requests",
     "in_list",
     "jobs",
     "jobs_channel",
@@ -250,6 +252,24 @@ queues = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     CheckConstraint("length(name) BETWEEN 1 AND 200", name="name"),
 )
+
+# One row per running job an operator asked to cancel (migration 0008), written while the job's
+# own row is locked by the lane running it (in the transactional commit modes nothing can
+# update that row until the handler ends): the drainers read it for their running jobs, the
+# notification on ``cancel_channel`` tells them at once. No foreign key: checking one would
+# wait on that same row lock. The row goes when the cancel is settled, or with retention.
+cancel_requests = Table(
+    "cancel_requests",
+    metadata,
+    Column("job_id", Uuid, primary_key=True),
+    Column("requested_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+
+def cancel_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's cancel requests (the payload is the job id)."""
+    return f"{schema}.cancel"[:63]
+
 
 runs = Table(
     "runs",

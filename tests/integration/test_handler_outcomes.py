@@ -72,6 +72,7 @@ async def test_a_handler_knows_its_job_on_every_attempt(database: Database) -> N
             "attempt": 1,
             "max_retries": 2,
             "enqueued_at": job["created_at"].isoformat(),
+            "cancel_requested": False,
         }
         later = datetime.now(UTC) + timedelta(hours=1)
         assert (await app.drain(queue="other")).stats["retried"] == 1

@@ -12,6 +12,7 @@ from typing import Any
 from cli import ROOT, cli_env, cronlock_command, invoke, invoke_async, run_cli
 from jobsupport import job_app, job_rows
 from sqlalchemy import insert
+from waiting import eventually
 
 from cronlock import Database
 from cronlock.sql.tables import jobs
@@ -233,34 +234,47 @@ async def test_enqueue_an_unknown_type_only_when_allowed(
     assert (row["job_type"], row["queue"]) == ("elsewhere", "default")
 
 
-async def test_cancel_of_a_job_a_worker_is_running_exits_1(
+async def test_cancel_of_a_job_a_worker_process_is_running(
     database: Database, database_url: str, tmp_path: Any
 ) -> None:
+    """A real ``cronlock worker``: the cancel reaches it by NOTIFY, its handler is stopped and
+    rolled back (exit 0, cancelled); a second job's cancel that cannot wait exits 3 and the
+    request still stops it; the worker goes on with the next job and exits 0 on SIGTERM."""
     from cli import finish, kill_all, start_cli
-    from waiting import eventually, wait_for
+    from waiting import wait_for
 
     async with job_app(database) as app:
-        job_id = str((await app.enqueue(app.database, "gated", {"n": 1})).id)
+        first = str((await app.enqueue(app.database, "gated", {"n": 1})).id)
+        second = str((await app.enqueue(app.database, "gated", {"n": 2})).id)
     started, release = tmp_path / "started", tmp_path / "release"
     gate = {"GATE_STARTED": str(started), "GATE_RELEASE": str(release)}
     worker = start_cli(*APP, "worker", database_url=database_url, **gate)
     try:
-        wait_for(started.exists, timeout=30)
-        done = await cli("jobs", "cancel", job_id, "--json", database_url=database_url)
-        assert done.returncode == 1, done.stderr
-        assert (as_json(done)["outcome"], as_json(done)["changed"]) == ("running", False)
-        paused = await cli("queue", "pause", "default", database_url=database_url)
-        assert paused.returncode == 0
-        release.write_text("go")
-        await eventually(lambda: _completed(database, 1), timeout=30)
+        await asyncio.to_thread(wait_for, started.exists, timeout=30)
+        done = await cli("jobs", "cancel", first, "--json", database_url=database_url)
+        assert done.returncode == 0, done.stderr
+        assert (as_json(done)["outcome"], as_json(done)["status"]) == ("cancelled", "cancelled")
+        await asyncio.to_thread(wait_for, lambda: started.read_text() == "2", timeout=30)
+        asked = await cli("jobs", "cancel", second, "--wait", "0", database_url=database_url)
+        assert asked.returncode == 3, asked.stderr
+        assert "cancel_requested" in asked.stdout
+        bad = await cli("jobs", "cancel", second, "--wait", "-1", database_url=database_url)
+        assert bad.returncode == 2
+        async with job_app(database) as app:
+            after = (await app.enqueue(app.database, "count", {"n": 3})).id
+            await eventually(lambda: _status_is(app, after, "completed"), timeout=30)
         worker.terminate()
-        code, _, stderr = finish(worker)
+        code, _, stderr = await asyncio.to_thread(finish, worker)
         assert code == 0, stderr
     finally:
         kill_all(worker)
-    [row] = await job_rows(database)
-    assert row["status"] == "completed"  # it ran once, was not cancelled, nothing processing
+    rows = {str(row["id"]): row for row in await job_rows(database)}
+    assert rows[first]["status"] == rows[second]["status"] == "cancelled"
+    shown = await cli("jobs", "show", first, database_url=database_url)
+    assert "cancelled: cancelled by an operator while running" in shown.stdout
+    assert not release.exists()
 
 
-async def _completed(database: Database, count: int) -> bool:
-    return len(await job_rows(database, status="completed")) == count
+async def _status_is(app: Any, job_id: Any, status: str) -> bool:
+    job = await app.get_job(job_id)
+    return job is not None and job.status.value == status

@@ -119,23 +119,45 @@ async def test_retry_cancel_delete(client: httpx.AsyncClient, app: App, database
     assert {r["status"] for r in await job_rows(database)} == {"completed"}
 
 
-async def test_cancel_of_a_running_job_is_409_running(
+async def test_cancel_of_a_running_job_stops_it(
     client: httpx.AsyncClient, app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started, release = tmp_path / "started", tmp_path / "release"
     monkeypatch.setenv("GATE_STARTED", str(started))
     monkeypatch.setenv("GATE_RELEASE", str(release))
-    job_id = await _enqueue(client, "gated", payload={"n": 1})
-    drain = asyncio.create_task(app.drain())
+    first = await _enqueue(client, "gated", payload={"n": 1})
+    second = await _enqueue(client, "gated", payload={"n": 2})
+
+    async def running(n: int) -> bool:
+        return started.exists() and started.read_text() == str(n)
+
+    drain = asyncio.create_task(app.drain())  # a one-off drain: its poll finds the requests
     try:
-        await eventually(lambda: asyncio.sleep(0, started.exists()))
-        answer = await client.post(f"/jobs/{job_id}/cancel", headers=AUTH)
-        assert answer.status_code == 409 and answer.json()["detail"].startswith("running")
+        await eventually(lambda: running(1))
+        answer = await client.post(f"/jobs/{first}/cancel", headers=AUTH)
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["outcome"], answer.json()["status"]) == ("cancelled", "cancelled")
+        await eventually(lambda: running(2))
+        asked = await client.post(f"/jobs/{second}/cancel", params={"wait": 0}, headers=AUTH)
+        assert asked.status_code == 202, asked.text
+        assert (asked.json()["outcome"], asked.json()["changed"]) == ("cancel_requested", False)
+        too_long = await client.post(f"/jobs/{second}/cancel?wait=61", headers=AUTH)
+        assert too_long.status_code == 422
+        without = await client.post(f"/jobs/{second}/cancel", headers=READ_AUTH)
+        assert without.status_code in (401, 403)
+    except BaseException:
+        release.write_text("go")  # let the drain end
+        raise
     finally:
-        release.write_text("go")
-        await drain
-    view = (await client.get(f"/jobs/{job_id}", headers=AUTH)).json()
-    assert view["status"] == "completed"
+        result = await drain
+    assert result.stats["cancelled"] == 2 and result.stats["processed"] == 0
+    for job_id in (first, second):
+        view = (await client.get(f"/jobs/{job_id}", headers=AUTH)).json()
+        assert view["status"] == "cancelled"
+        assert [e["outcome"] for e in view["error_history"]] == ["cancelled"]
+    again = await client.post(f"/jobs/{first}/cancel", headers=AUTH)
+    assert again.status_code == 409 and again.json()["detail"].startswith("wrong_status")
+    assert not release.exists()  # both stopped, never let go
 
 
 async def test_pause_resume_and_queues(client: httpx.AsyncClient, app: App) -> None:
