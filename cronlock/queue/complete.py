@@ -351,10 +351,16 @@ def _log_jobs(
     """The line per committed attempt: job, type, queue, attempt, outcome, duration."""
     for i, outcome in enumerate(outcomes):
         job = outcome.job
-        if isinstance(outcome, Failure):
-            status, attempt = outcome.status.value, job.retry_count + 1
+        if isinstance(outcome, Failure | Cancelled):
+            status, attempt = JobStatus.CANCELLED.value, job.retry_count + 1
+            if isinstance(outcome, Failure):
+                status = outcome.status.value
             elapsed = (outcome.finished_at - outcome.started_at).total_seconds() * 1000
             detail = f": {outcome.error}"
+        elif isinstance(outcome, Snoozed):
+            status, attempt = "snoozed", job.retry_count + 1
+            elapsed = (outcome.finished_at - outcome.started_at).total_seconds() * 1000
+            detail = f" until {outcome.run_at.isoformat()}"
         else:
             status, attempt, detail = JobStatus.COMPLETED.value, job.retry_count + 1, ""
             elapsed = (
