@@ -9,10 +9,11 @@ part of asyncpg's connection cronlock uses), ``AsyncpgStatement`` (a statement c
 the schema applied, and its arguments in the compiled order), ``connect`` (a bare connection
 for a ``Database``), ``driver_of`` (the driver under a SQLAlchemy connection),
 ``QuickConnections`` (a connection kept off the pool for one-statement work), the savepoint
-verbs, and ``session_untouched`` / ``session_has_pending``. What each relies on that
-SQLAlchemy or asyncpg do not document is pinned by ``tests/unit/test_pg_internals.py``, so a
-release that renames one fails that test and nothing else; ``tests/unit/test_boundary.py``
-keeps every other module from reaching past this one.
+verbs, ``session_untouched`` / ``session_has_pending``, and ``connection_lost``: the one rule
+for telling a lost connection (an infrastructure fault, never a job's failure) from an error.
+What each relies on that SQLAlchemy or asyncpg do not document is pinned by
+``tests/unit/test_pg_internals.py``, so a release that renames one fails that test and nothing
+else; ``tests/unit/test_boundary.py`` keeps every other module from reaching past this one.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ __all__ = [
     "QuickConnections",
     "ServerError",
     "connect",
+    "connection_lost",
     "driver_of",
     "release_savepoint",
     "rollback_to_savepoint",
@@ -67,6 +69,54 @@ ServerError: type[Exception] = asyncpg.PostgresError
 ClientError: type[Exception] = asyncpg.InterfaceError
 
 _ASYNCPG = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
+
+# The server's answers that mean the session is over: class 08 (connection exception) and the
+# shutdowns of class 57 (57P01 terminated by pg_terminate_backend or a fast shutdown, 57P02
+# crash, 57P03 starting up or shutting down, 57P04 database dropped, 57P05 idle session
+# timeout). 57014, query_canceled, is not among them: a statement_timeout is an error.
+_SESSION_OVER = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.exceptions.DatabaseDroppedError,
+    asyncpg.exceptions.IdleSessionTimeoutError,
+)
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error``, or an exception it came from, says that the connection to the
+    server is gone: an infrastructure fault (a cut connection, a server restart, a pooler
+    that closed it), which never costs a job an attempt.
+
+    That is the server's "session over" answers (``_SESSION_OVER``), asyncpg's own words for
+    a connection that closed under it (``ConnectionDoesNotExistError``, an ``InterfaceError``
+    saying it is closed, ``InternalClientError``: "cannot switch to state …" when the socket
+    went mid-statement), an error SQLAlchemy took for a disconnect, and a socket's ``OSError``
+    (a reset, a refused connection) except ``TimeoutError``, which is a handler's timeout as
+    often as a network's. Whose connection it was is the caller's question: a handler's own
+    HTTP call failing with ConnectionResetError is its failure, the lane's connection being
+    gone is not (``queue/attempt.py`` asks whether the lane's transaction survived)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, (*_SESSION_OVER, asyncpg.InternalClientError)):
+            return True
+        if type(current) is asyncpg.InterfaceError and "closed" in str(current):
+            return True
+        if isinstance(current, OSError) and not isinstance(current, TimeoutError):
+            return True
+        if getattr(current, "connection_invalidated", False):  # SQLAlchemy saw a disconnect
+            return True
+        orig = getattr(current, "orig", None)  # SQLAlchemy's DBAPIError: the driver's error
+        pending += [current.__cause__, current.__context__]
+        if isinstance(orig, BaseException):
+            pending.append(orig)
+    return False
 
 
 class DriverTransaction(Protocol):

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from ..outcome import JobStatus, error_line
-from ..pg import session_has_pending, session_untouched
+from ..pg import connection_lost, session_has_pending, session_untouched
 from .cancel import CancelRequested, Cancels, Scope
 from .complete import (
     Attempt,
@@ -45,7 +45,7 @@ from .complete import (
 from .handling import JobCancel, JobSnooze, reason_of, running
 from .jobs import Backoff, Handler, Job, to_json
 
-__all__ = ["Attempts", "JobSession", "LostLease", "SessionSlot"]
+__all__ = ["Attempts", "ConnectionLost", "JobSession", "LostLease", "SessionSlot"]
 
 logger = logging.getLogger("cronlock.drainer")
 
@@ -64,6 +64,12 @@ class JobSession(Session):
 class LostLease(Exception):
     """The lane's transaction is gone (its connection was cut or a savepoint could not be
     rolled back): nothing of it committed. Its one argument is the attempt's ``Failure``."""
+
+
+class ConnectionLost(Exception):
+    """The lane's connection is gone (cut, or the server went away): its transaction rolled
+    back with everything in it, and its jobs are due again with no attempt consumed. An
+    infrastructure fault, never a job's failure (``pg.connection_lost`` tells them apart)."""
 
 
 class SessionSlot(Protocol):
@@ -152,9 +158,16 @@ class Attempts:
                 if session.in_transaction():
                     await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
             except Exception as broken:
+                if connection_lost(broken):
+                    # The lane's connection went under the handler: the server rolled the
+                    # job back, the job is not to blame (whatever the handler made of it).
+                    raise ConnectionLost(error_line(broken)) from exc
                 raise LostLease(self.ended(job, error, started, handler, scope)) from broken
+            if conn.invalidated and connection_lost(exc):  # SQLAlchemy saw it drop: the same
+                raise ConnectionLost(error) from exc
             if conn.invalidated or cast(JobSession, session.sync_session).released:
-                # The handler committed its session (released the savepoint) and then
+                # SQLAlchemy threw the connection away (a statement cancelled by the timeout),
+                # or the handler committed its session (released the savepoint) and then
                 # failed: only dropping the whole transaction keeps its writes from staying.
                 raise LostLease(self.ended(job, error, started, handler, scope)) from exc
             return self.ended(job, error, started, handler, scope)

@@ -41,7 +41,7 @@ from ..database import Database
 from ..observe.stats import DrainStats
 from ..outcome import error_line
 from ..sql.tables import cancel_channel, jobs_channel
-from .attempt import Attempts, LostLease
+from .attempt import Attempts, ConnectionLost, LostLease
 from .complete import Attempt, Completion, count
 from .jobs import Job
 
@@ -252,8 +252,30 @@ class Lanes:
                     (failure,) = lost.args
                     if await self.completion.record_lost(self._engine(), failure):
                         count(self.stats, [failure], queue=self.queue)
+                except Exception as exc:
+                    if not self._lost(exc, driver):
+                        raise
+                    # Cut under us (pg_terminate_backend, a pooler, a restart): the server
+                    # rolled the batch back, its jobs are due again, no attempt is consumed.
+                    # A new connection goes on; if none can be had, the lane fails and the
+                    # drainer rides the outage out (service.py).
+                    logger.warning(
+                        "lane %d lost its connection (%s): its jobs in flight rolled back and "
+                        "run again",
+                        lane.number,
+                        error_line(exc),
+                        extra={"action": "lane_connection_lost", "queue": self.queue},
+                    )
+                    with contextlib.suppress(Exception):
+                        await conn.invalidate()
             if self.stopping:
                 return
+
+    @staticmethod
+    def _lost(exc: BaseException, driver: pg.DriverConnection) -> bool:
+        """Whether a lane's error is its connection's loss: an infrastructure fault. Only
+        cronlock's own statements and an attempt that saw its transaction go get here."""
+        return isinstance(exc, ConnectionLost) or pg.connection_lost(exc) or driver.is_closed()
 
     async def _batches(
         self, conn: AsyncConnection, driver: pg.DriverConnection, lane: Lane, *, until_empty: bool
@@ -307,9 +329,11 @@ class Lanes:
             if outcomes:
                 await self.completion.write(driver, outcomes)
         except BaseException as exc:
-            lane.in_flight = 0
             if isinstance(exc, LostLease):
                 self.stats.rolled_back += len(outcomes)
+            elif isinstance(exc, Exception) and self._lost(exc, driver):
+                self.stats.rolled_back += len(outcomes) + lane.in_flight
+            lane.in_flight = 0
             if not driver.is_closed():
                 with contextlib.suppress(Exception):
                     await transaction.rollback()
