@@ -51,6 +51,7 @@ __all__ = [
     "ClientError",
     "DriverConnection",
     "DriverTransaction",
+    "LockNotAvailable",
     "QuickConnections",
     "ServerError",
     "connect",
@@ -67,6 +68,8 @@ __all__ = [
 # connection, a protocol misuse): what code outside this module catches of asyncpg.
 ServerError: type[Exception] = asyncpg.PostgresError
 ClientError: type[Exception] = asyncpg.InterfaceError
+# A lock wait ended by lock_timeout (55P03).
+LockNotAvailable: type[Exception] = asyncpg.LockNotAvailableError
 
 _ASYNCPG = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 
@@ -148,6 +151,7 @@ class DriverConnection(Protocol):
     def terminate(self) -> None: ...
     async def close(self) -> None: ...
     async def add_listener(self, channel: str, callback: Listener) -> None: ...
+    def add_termination_listener(self, callback: Callable[[Any], object]) -> None: ...
     def get_server_pid(self) -> int: ...
 
 

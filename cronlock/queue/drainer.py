@@ -234,6 +234,7 @@ class Drainer:
                 poll_interval=self.poll_interval,
                 clock=self.clock,
                 deadline=self._deadline,
+                fence=lease.fence,
             )
             if self._aborted:
                 lanes.abort()
@@ -274,7 +275,7 @@ class Drainer:
     ) -> str | None:
         """Run the lanes under the lease's watch (and, in the lease mode, the liveness lock's
         and the sweeper); an error message if a lane failed or a lock was lost."""
-        watch = asyncio.create_task(lease.watch(self.stop))
+        watch = asyncio.create_task(lease.watch(self._lock_lost))
         # What no notification reached of an operator's cancel of a running job (cancel.py).
         cancels = asyncio.create_task(self._attempts.cancels.watch(self.database))
         try:
@@ -293,6 +294,14 @@ class Drainer:
             except asyncio.CancelledError:
                 lost = None
         return lost or error
+
+    def _lock_lost(self) -> None:
+        """The lock connection is gone: the lanes' commits would be fenced (lease.py), so the
+        jobs in flight are rolled back now rather than run to a commit that cannot land."""
+        if self.commit_mode is CommitMode.LEASE:
+            self.stop()  # the lease mode fences its completions by owner (leased.py)
+        else:
+            self.abort()
 
     def _beat(self) -> tuple[Heartbeat, asyncio.Task[None]]:
         heartbeat = Heartbeat(

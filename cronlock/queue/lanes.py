@@ -44,6 +44,7 @@ from ..sql.tables import cancel_channel, jobs_channel
 from .attempt import Attempts, ConnectionLost, LostLease
 from .complete import Attempt, Completion, count
 from .jobs import Job
+from .lease import Fence, LockLost
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_POLL_INTERVAL", "CommitMode", "Lane", "Lanes"]
 
@@ -96,6 +97,7 @@ class Lanes:
         poll_interval: float,
         clock: Callable[[], datetime] | None,
         deadline: float | None,
+        fence: Fence | None = None,
     ) -> None:
         self.database = database
         self.attempts = attempts
@@ -106,6 +108,7 @@ class Lanes:
         self.poll_interval = poll_interval
         self.clock = clock
         self.deadline = deadline
+        self.fence = fence  # checked right before each commit (lease.py)
         self.lanes = [Lane(n) for n in range(concurrency)]
         self._stopping = stopping
         self._stop = stop  # the drainer's stop(): every lane stops claiming
@@ -252,6 +255,16 @@ class Lanes:
                     (failure,) = lost.args
                     if await self.completion.record_lost(self._engine(), failure):
                         count(self.stats, [failure], queue=self.queue)
+                except LockLost:
+                    # Fenced: the drainer lost its lock, a standby may be active by now. The
+                    # batch rolled back, its jobs run there; this drainer stops.
+                    logger.warning(
+                        "lane %d: the drainer lost its lock; its batch rolled back, not committed",
+                        lane.number,
+                        extra={"action": "lane_fenced", "queue": self.queue},
+                    )
+                    self._stop()
+                    return
                 except Exception as exc:
                     if not self._lost(exc, driver):
                         raise
@@ -328,10 +341,14 @@ class Lanes:
                 outcomes.append(outcome)
             if outcomes:
                 await self.completion.write(driver, outcomes)
+                if self.fence is not None and not await self.fence.holds(driver):
+                    raise LockLost
         except BaseException as exc:
             if isinstance(exc, LostLease):
                 self.stats.rolled_back += len(outcomes)
-            elif isinstance(exc, Exception) and self._lost(exc, driver):
+            elif isinstance(exc, LockLost) or (
+                isinstance(exc, Exception) and self._lost(exc, driver)
+            ):
                 self.stats.rolled_back += len(outcomes) + lane.in_flight
             lane.in_flight = 0
             if not driver.is_closed():

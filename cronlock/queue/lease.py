@@ -11,6 +11,24 @@ active, the drainer pings it every heartbeat (``watch``): a drainer that lost it
 connection cut, or it was paused while a standby took over) stops claiming, and whatever it
 still had in flight cannot commit, since its lanes' transactions went with their connections:
 PostgreSQL fences it.
+
+The commit fence. A drainer whose lock connection is cut while its lanes' connections live on
+could otherwise commit jobs after a standby took the lock. So the active drainer also holds an
+*alive token* in its lock transaction (a lock of the queue's alive namespace, a random key of
+its own), and every lane sends ``sql.FENCE_CHECK`` right before it commits: take the queue's
+barrier lock shared, then see whether the token is still held; if not, the lane rolls back
+(``Fence.holds``). A drainer that becomes active, before its first claim, waits until no other
+backend holds a token of the queue (the previous holder's lock transaction ended entirely)
+and then takes the barrier exclusively for a moment (``_fence_up``): a lane of the old drainer
+that checked its token before that holds the barrier shared until it has committed or rolled
+back, and one that checks after finds its token gone. So no commit of a drainer that lost its
+lock lands after its successor's first claim (DESIGN.md invariant 11), whatever the timing.
+
+Standing by never needs a cancel request. A standby waits for the lock in a savepoint with a
+``lock_timeout`` (``WAIT_SLICE``): the lock is granted the moment it is free, and between two
+slices nothing runs on the connection, so a standby told to stop rolls back and closes it
+cleanly. (A cancelled ``pg_advisory_xact_lock`` sent a cancel request, which through PgBouncer
+1.18 could crash the pooler: ``disconnect_client(): bad client state``.)
 """
 
 from __future__ import annotations
@@ -18,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,11 +46,28 @@ from .. import pg, sql
 from ..database import Database
 from ..locks import lock_key, namespace_key
 
-__all__ = ["DEFAULT_KEEPALIVE", "DRAINER_NAMESPACE", "Keepalive", "Lease", "queue_lock_key"]
+__all__ = [
+    "DEFAULT_KEEPALIVE",
+    "DRAINER_NAMESPACE",
+    "WAIT_SLICE",
+    "Fence",
+    "Keepalive",
+    "Lease",
+    "LockLost",
+    "queue_lock_key",
+]
 
 logger = logging.getLogger("cronlock.drainer")
 
 DRAINER_NAMESPACE = namespace_key("cronlock-drainer")
+# The barrier the commit fence takes: one key per queue (the queue's key) in this namespace.
+BARRIER_NAMESPACE = namespace_key("cronlock-drainer-barrier")
+# Seconds a standby waits for the lock in one slice (its lock_timeout), and so at most before
+# it notices a stop request: the lock itself is granted at once when it is free.
+WAIT_SLICE = 0.5
+# A new active drainer waits this long at most for the previous one's token to go (it goes
+# with the previous lock transaction, within microseconds of the lock).
+_TOKEN_GONE_WITHIN = 30.0
 
 
 def queue_lock_key(queue: str) -> int:
@@ -65,6 +102,37 @@ class Keepalive:
         }
 
 
+def alive_namespace(queue: str) -> int:
+    """The namespace of a queue's alive tokens (one per active drainer, a random key)."""
+    return lock_key("alive:" + queue)
+
+
+class LockLost(Exception):
+    """The drainer lost its lock (its lock connection is gone): a lane's commit was fenced and
+    rolled back; its jobs are due again with no attempt consumed."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What a lane checks right before each commit: that its drainer still holds its lock."""
+
+    queue_key: int
+    alive_namespace: int
+    token: int
+    schema: str
+
+    async def holds(self, driver: pg.DriverConnection) -> bool:
+        """True while the drainer's lock transaction holds its token (then commit)."""
+        check = pg.AsyncpgStatement.of(sql.FENCE_CHECK, self.schema)
+        args = check.args(
+            barrier_namespace=BARRIER_NAMESPACE,
+            key=self.queue_key,
+            alive_namespace=self.alive_namespace,
+            token=self.token,
+        )
+        return not await driver.fetchval(check.sql, *args)
+
+
 # The lock connection's keepalives unless a drainer is given others (None: the server's).
 DEFAULT_KEEPALIVE = Keepalive()
 
@@ -92,6 +160,14 @@ class Lease:
         self._driver: pg.DriverConnection | None = None
         self._lock_transaction: pg.DriverTransaction | None = None
         self._ping = self._statement(sql.PING)
+        self._lost = asyncio.Event()  # the lock connection closed under us
+        # A random key of this drainer's own: a positive int4, never 0.
+        self.fence = Fence(
+            queue_lock_key(queue),
+            alive_namespace(queue),
+            secrets.randbelow(2**31 - 1) + 1,
+            database.schema,
+        )
 
     def _statement(self, statement: Any) -> pg.AsyncpgStatement:
         return pg.AsyncpgStatement.of(statement, self.database.schema)
@@ -102,9 +178,9 @@ class Lease:
         return self._driver
 
     async def connect(self) -> None:
-        # A bare asyncpg connection: the lock must outlive pooled checkouts, and cancelling a
-        # waiting pg_advisory_xact_lock is cleanest at this level.
+        # A bare asyncpg connection: the lock must outlive pooled checkouts.
         self._driver = await pg.connect(self.database, f"cronlock-drainer:{self.queue}")
+        self._driver.add_termination_listener(lambda _conn: self._lost.set())
 
     async def begin(self) -> None:
         """The lock transaction, with its keepalives and no server-side timeouts."""
@@ -120,29 +196,68 @@ class Lease:
     async def try_take(self) -> bool:
         """Take the lock if it is free (``drain``); False when another drainer is active."""
         try_lock = self._statement(sql.LOCK_TRY_XACT)
-        return bool(await self.driver.fetchval(try_lock.sql, *try_lock.args(**self._lock_args)))
+        if not await self.driver.fetchval(try_lock.sql, *try_lock.args(**self._lock_args)):
+            return False
+        await self._fence_up()
+        return True
 
     async def wait(self, stopping: asyncio.Event) -> bool:
-        """Block on the lock as a standby; False when stopped before getting it."""
-        lock = self._statement(sql.LOCK_XACT)
-        waiting = asyncio.ensure_future(
-            self.driver.fetchval(lock.sql, *lock.args(**self._lock_args))
-        )
-        stopped = asyncio.ensure_future(stopping.wait())
+        """Wait for the lock as a standby; False when stopped before getting it.
+
+        One slice at a time, each a savepoint with a ``lock_timeout``: the lock is granted the
+        moment it is free, and a stop request is seen between slices, when no statement runs
+        that would need a cancel request (see the module docstring)."""
         logger.info(
             "standing by for queue %s",
             self.queue,
             extra={"action": "drainer_standby", "queue": self.queue},
         )
-        done, _ = await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        if waiting in done:
-            stopped.cancel()
-            waiting.result()
+        driver = self.driver
+        lock = self._statement(sql.LOCK_XACT)
+        lock_args = lock.args(**self._lock_args)
+        timeout = self._statement(sql.LOCK_TIMEOUT_LOCAL)
+        await driver.fetch(timeout.sql, *timeout.args(timeout=f"{int(WAIT_SLICE * 1000)}ms"))
+        while not stopping.is_set():
+            attempt = driver.transaction()  # a SAVEPOINT: a timed-out wait rolls back to it
+            await attempt.start()
+            try:
+                await driver.fetchval(lock.sql, *lock_args)
+            except pg.LockNotAvailable:
+                await attempt.rollback()
+                continue
+            await attempt.commit()  # RELEASE: the lock stays with the lock transaction
+            await driver.fetch(timeout.sql, *timeout.args(timeout="0"))
+            await self._fence_up()
             return True
-        waiting.cancel()  # asyncpg cancels the server-side wait
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await waiting
         return False
+
+    async def _fence_up(self) -> None:
+        """Just active: take this drainer's alive token, wait until the previous drainer's is
+        gone, then pass the barrier, which waits for its lanes' commits in progress (see the
+        module docstring). Only then may a lane claim."""
+        driver, fence = self.driver, self.fence
+        lock = self._statement(sql.LOCK_XACT)
+        await driver.fetchval(
+            lock.sql, *lock.args(namespace=fence.alive_namespace, key=fence.token)
+        )
+        others = self._statement(sql.FENCE_OTHER_HOLDERS)
+        others_args = others.args(namespace_oid=fence.alive_namespace & 0xFFFFFFFF)
+        deadline = time.monotonic() + _TOKEN_GONE_WITHIN
+        while await driver.fetchval(others.sql, *others_args):
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "the previous drainer's alive token is still held after %g s; going on",
+                    _TOKEN_GONE_WITHIN,
+                    extra={"action": "fence_token_held", "queue": self.queue},
+                )
+                break
+            await asyncio.sleep(0.001)
+        barrier = driver.transaction()  # a SAVEPOINT: its rollback releases the barrier
+        await barrier.start()
+        await driver.fetchval(
+            lock.sql, *lock.args(namespace=BARRIER_NAMESPACE, key=fence.queue_key)
+        )
+        await barrier.rollback()
 
     async def ping(self) -> None:
         """Let the lock transaction idle without a snapshot. A statement sent with the extended
@@ -154,17 +269,25 @@ class Lease:
         await self.driver.execute(self._ping.sql)
 
     async def watch(self, on_lost: Callable[[], None]) -> str:
-        """Ping every heartbeat until the lock connection dies: then call ``on_lost`` (another
-        drainer may be active now) and return what happened. Runs until cancelled."""
+        """Until the lock connection dies (its close is seen at once, a silent death by the
+        ping every heartbeat): then call ``on_lost`` (another drainer may be active now; the
+        fence keeps this one's lanes from committing) and return what happened. Runs until
+        cancelled."""
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), self.heartbeat_interval)
+            if self._lost.is_set():
+                return self._on_lost("its connection closed", on_lost)
             try:
                 await asyncio.wait_for(self.ping(), self.heartbeat_interval * 3)
             except _LOST as exc:
-                message = f"lost the drainer lock ({type(exc).__name__}: {exc})"
-                logger.error(message, extra={"action": "lock_lost", "queue": self.queue})
-                on_lost()
-                return message
+                return self._on_lost(f"{type(exc).__name__}: {exc}", on_lost)
+
+    def _on_lost(self, why: str, on_lost: Callable[[], None]) -> str:
+        message = f"lost the drainer lock ({why})"
+        logger.error(message, extra={"action": "lock_lost", "queue": self.queue})
+        on_lost()
+        return message
 
     async def release(self) -> None:
         """End the lock transaction (nothing was written in it): a standby takes over."""

@@ -54,6 +54,8 @@ from .jobs import (
     owner_lock_key,
 )
 from .locks import (
+    FENCE_CHECK,
+    FENCE_OTHER_HOLDERS,
     KEEPALIVE_SETTINGS,
     LOCK_HOLDERS,
     LOCK_SHARED_HOLDERS,
@@ -112,6 +114,8 @@ __all__ = [
     "CANCEL_REQUEST",
     "CANCEL_REQUESTED",
     "CONCURRENCY_NAMESPACE",
+    "FENCE_CHECK",
+    "FENCE_OTHER_HOLDERS",
     "ITEM_RELEASE",
     "ITEM_RELEASE_AND_SAVEPOINT",
     "ITEM_ROLLBACK",

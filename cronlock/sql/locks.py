@@ -21,6 +21,8 @@ from sqlalchemy import (
 )
 
 __all__ = [
+    "FENCE_CHECK",
+    "FENCE_OTHER_HOLDERS",
     "KEEPALIVE_SETTINGS",
     "LOCK_HOLDERS",
     "LOCK_SHARED_HOLDERS",
@@ -140,8 +142,43 @@ NO_TIMEOUTS_LOCAL = select(
 
 # How long this transaction waits for a row lock (:timeout, e.g. '2500ms') before it gives up:
 # an operator's cancel waits for the lane running the job, for as long as it was told to.
+# A standby's slice of waiting for the drainer lock uses it too (queue/lease.py).
 LOCK_TIMEOUT_LOCAL = select(func.set_config("lock_timeout", bindparam("timeout", type_=Text), True))
 
 # The lock connection is alive (and so is the lock taken in its transaction). No parameters, so
 # that it can go by the simple query protocol, which leaves no portal (and no snapshot) behind.
 PING = select(literal_column("1", Integer))
+
+# The commit fence of a drainer's lanes (queue/lease.py), sent right before each commit: the
+# barrier lock taken shared (it waits while a new active drainer passes the barrier), *then*
+# the drainer's alive token tried shared, which fails exactly while the drainer's lock
+# transaction holds the token: False = still the active drainer, commit; True = the lock was
+# lost, roll back. The subquery runs first (its volatile call keeps it from being flattened):
+# the order is what makes the fence exact.
+FENCE_CHECK = select(
+    func.pg_try_advisory_xact_lock_shared(
+        bindparam("alive_namespace", type_=Integer), bindparam("token", type_=Integer)
+    )
+).select_from(
+    select(
+        func.pg_advisory_xact_lock_shared(
+            bindparam("barrier_namespace", type_=Integer), bindparam("key", type_=Integer)
+        ).label("barrier")
+    ).subquery("barrier")
+)
+
+# Backends other than this one holding an alive token of the queue (a two-key advisory lock in
+# its alive namespace, in this database): a new active drainer waits until the one before it
+# has let go of its token entirely. Its argument is ``namespace & 0xFFFFFFFF`` (pg_locks shows
+# the keys as oids).
+FENCE_OTHER_HOLDERS = select(func.count()).where(
+    _pg_locks.c.locktype == "advisory",
+    _pg_locks.c.database
+    == select(_pg_database.c.oid)
+    .where(_pg_database.c.datname == func.current_database())
+    .scalar_subquery(),
+    _pg_locks.c.objsubid == 2,
+    _pg_locks.c.granted,
+    cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
+    _pg_locks.c.pid != func.pg_backend_pid(),
+)

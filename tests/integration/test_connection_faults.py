@@ -9,13 +9,18 @@ job). The handlers are the test's own, in process; the cut is a real one, on the
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cli import finish, kill_all, start_cli
 from jobsupport import job_rows
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
+from testapps import commitlog
 from waiting import eventually
 
 import cronlock
@@ -100,3 +105,205 @@ async def test_a_cut_lane_connection_consumes_no_attempt(
 async def _all_completed(database: Database, count: int) -> bool:
     rows = await job_rows(database)
     return len(rows) == count and all(r["status"] == "completed" for r in rows)
+
+
+# -- the lock connection: a drainer that lost its lock commits nothing after its successor ------
+
+
+async def _lock_holder(database: Database, queue: str = "default") -> int | None:
+    from cronlock.queue.lease import DRAINER_NAMESPACE, queue_lock_key
+
+    query = text(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted "
+        "AND classid = :ns AND objid = :key "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    params = {"ns": DRAINER_NAMESPACE & 0xFFFFFFFF, "key": queue_lock_key(queue) & 0xFFFFFFFF}
+    async with database.connect() as conn:
+        return (await conn.execute(query, params)).scalar()
+
+
+async def _count(database: Database, query: str) -> int:
+    async with database.connect() as conn:
+        return int((await conn.execute(text(query))).scalar_one())
+
+
+@pytest.mark.parametrize("commit_mode", ["strict", "batch"])
+async def test_a_drainer_that_lost_its_lock_commits_nothing_after_the_new_one_claims(
+    database: Database, commit_mode: str
+) -> None:
+    await _commit_log(database)
+    total = 600
+    first, second = _logging_app(database, "first"), _logging_app(database, "second")
+
+    def drainer(app: cronlock.App) -> cronlock.Drainer:
+        return app.drainer(commit_mode=commit_mode, batch_size=5, concurrency=2, poll_interval=0.1)
+
+    stop = asyncio.Event()
+    try:
+        await first.enqueue_many(first.database, "logged", [{"n": n} for n in range(total)])
+        active = asyncio.create_task(cronlock.serve_worker(drainer(first), stop=stop))
+        holder = await eventually(lambda: _lock_holder(database), timeout=30)
+        standby = asyncio.create_task(cronlock.serve_worker(drainer(second), stop=stop))
+        await eventually(lambda: _standing_by(database), timeout=30)
+        await eventually(lambda: _count(database, "SELECT count(*) FROM committed"), timeout=30)
+        assert await terminate(database, "pid = :pid", pid=holder) == [holder]
+        lost = await asyncio.wait_for(active, 30)  # the first drainer lost its lock: it ends
+        await eventually(lambda: _all_completed(database, total), timeout=60)
+        stop.set()
+        await asyncio.wait_for(standby, 30)
+    finally:
+        stop.set()
+        await first.aclose()
+        await second.aclose()
+
+    assert lost.error is not None and "lost the drainer lock" in lost.error
+    late, per_job = await _late_commits(database)
+    assert late == 0, f"{late} commits of the first drainer after the second one's first claim"
+    assert per_job == (total, total)  # every job committed exactly once
+    rows = await job_rows(database)
+    assert {(r["status"], r["retry_count"]) for r in rows} == {("completed", 0)}
+
+
+@pytest.mark.parametrize("commit_mode", ["strict", "batch"])
+async def test_a_paused_drainer_that_lost_its_lock_is_fenced(
+    database: Database, database_url: str, tmp_path: Path, commit_mode: str
+) -> None:
+    """The worker is frozen (SIGSTOP) with a job in flight, its lock connection is cut, the
+    standby takes over and commits; thawed, the first worker's lanes still have their
+    connections and try to commit: the fence rolls them back."""
+    await _commit_log(database)
+    total = 1000
+    app = _logging_app(database, "setup")
+    try:
+        await app.enqueue_many(app.database, "logged", [{"n": n} for n in range(total)])
+    finally:
+        await app.aclose()
+    args = (
+        "--app", "testapps.commitlog", "worker", "--commit-mode", commit_mode,
+        "--batch-size", "5", "--concurrency", "2", "--poll-interval", "0.1",
+    )  # fmt: skip
+    marker = tmp_path / "slow"
+    slow = {
+        "SLOW_AT": "20",
+        "SLOW_SECONDS": "4",
+        "SLOW_MARKER": str(marker),
+        "QUICK_SECONDS": "0.005",
+    }
+    first = start_cli(*args, database_url=database_url, DRAINER="first", **slow)
+    second: subprocess.Popen[str] | None = None
+    try:
+        holder = await eventually(lambda: _lock_holder(database), timeout=30)
+        await eventually(lambda: _exists(marker), timeout=30)  # job 20 in flight now
+        second = start_cli(*args, database_url=database_url, DRAINER="second", **slow)
+        await eventually(lambda: _standing_by(database), timeout=30)
+        first.send_signal(signal.SIGSTOP)
+        assert await terminate(database, "pid = :pid", pid=holder) == [holder]
+        claimed = "SELECT count(*) FROM committed WHERE drainer = 'second'"
+        await eventually(lambda: _count(database, claimed), timeout=30)
+        first.send_signal(signal.SIGCONT)  # it wakes, its lanes' connections alive
+        await eventually(lambda: _all_completed(database, total), timeout=60)
+        for worker in (first, second):
+            worker.send_signal(signal.SIGTERM)
+        for worker in (first, second):
+            finish(worker)
+    finally:
+        first.send_signal(signal.SIGCONT)
+        kill_all(first, *([second] if second else []))
+
+    late, per_job = await _late_commits(database)
+    assert late == 0, f"{late} commits of the first drainer after the second one's first claim"
+    assert per_job == (total, total)
+    rows = await job_rows(database)
+    assert {(r["status"], r["retry_count"]) for r in rows} == {("completed", 0)}
+
+
+def _logging_app(database: Database, name: str) -> cronlock.App:
+    app = commitlog.create_app(name)
+    app.use_database(str(database.url))
+    return app
+
+
+async def _commit_log(database: Database) -> None:
+    async with database.connect() as conn:
+        for statement in commitlog.COMMIT_LOG:
+            await conn.execute(text(statement))
+        await conn.commit()
+
+
+async def _late_commits(database: Database) -> tuple[int, tuple[int, int]]:
+    """Commits of the first drainer after the second's first claim, and (commits, jobs)."""
+    async with database.connect() as conn:
+        taken_over = (
+            await conn.execute(text("SELECT min(ran) FROM done WHERE drainer = 'second'"))
+        ).scalar_one()
+        late = (
+            await conn.execute(
+                text("SELECT count(*) FROM committed WHERE drainer = 'first' AND at > :at"),
+                {"at": taken_over},
+            )
+        ).scalar_one()
+        per_job = (
+            await conn.execute(text("SELECT count(*), count(DISTINCT job) FROM committed"))
+        ).one()
+    return int(late), (int(per_job[0]), int(per_job[1]))
+
+
+async def _exists(path: Path) -> bool:
+    return path.exists()
+
+
+async def _standing_by(database: Database) -> bool:
+    query = "SELECT count(*) FROM cronlock.workers WHERE state = 'standby'"
+    return await _count(database, query) == 1
+
+
+async def test_the_fence_holds_a_new_drainer_back_until_old_commits_end(database: Database) -> None:
+    """The protocol itself, step by step, on real connections: a lane of the first drainer
+    that passed its fence holds the new drainer's first claim back until it commits; after
+    that, the first drainer's fence fails (its token is gone with its lock transaction)."""
+    from cronlock import pg
+    from cronlock.queue.lease import Lease
+
+    first = Lease(database, "q", keepalive=None, heartbeat_interval=1)
+    second = Lease(database, "q", keepalive=None, heartbeat_interval=1)
+    lane = await pg.connect(database, "test-lane")
+    try:
+        await first.connect()
+        await first.begin()
+        assert await first.try_take()
+        commit = lane.transaction()
+        await commit.start()
+        assert await first.fence.holds(lane)  # alive: the lane may commit, barrier held shared
+        await second.connect()
+        await second.begin()
+        taking = asyncio.create_task(second.wait(asyncio.Event()))
+        first_pid = first.driver.get_server_pid()
+        assert await terminate(database, "pid = :pid", pid=first_pid) == [first_pid]
+        # The second has the queue's lock now, and waits at the barrier for the lane's commit.
+        second_pid = second.driver.get_server_pid()
+        await eventually(lambda: _waits_at_the_barrier(database, second_pid), timeout=10)
+        assert not taking.done()
+        await commit.commit()
+        assert await asyncio.wait_for(taking, 10)
+        late = lane.transaction()
+        await late.start()
+        assert not await first.fence.holds(lane)  # lost: this lane must roll back
+        await late.rollback()
+        assert await second.fence.holds(lane)
+    finally:
+        await lane.close()
+        first.close()
+        second.close()
+
+
+async def _waits_at_the_barrier(database: Database, pid: int) -> bool:
+    from cronlock.queue.lease import BARRIER_NAMESPACE
+
+    query = (
+        "SELECT count(*) FROM pg_locks WHERE pid = :pid AND locktype = 'advisory' "
+        "AND NOT granted AND classid = :ns"
+    )
+    params = {"pid": pid, "ns": BARRIER_NAMESPACE & 0xFFFFFFFF}
+    async with database.connect() as conn:
+        return bool((await conn.execute(text(query), params)).scalar_one())
