@@ -87,6 +87,29 @@ _SESSION_OVER = (
 )
 
 
+def _idle_timeout(error: BaseException) -> bool:
+    """The server ended the session because its transaction idled past
+    ``idle_in_transaction_session_timeout``: in a job's transaction that is the handler's
+    doing (it ran that long outside the database), so it is the job's failure, not a fault of
+    the infrastructure (counted as one, such a job would run again forever)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, asyncpg.IdleInTransactionSessionTimeoutError):
+            return True
+        if "idle-in-transaction timeout" in str(current):
+            return True
+        orig = getattr(current, "orig", None)
+        pending += [current.__cause__, current.__context__]
+        if isinstance(orig, BaseException):
+            pending.append(orig)
+    return False
+
+
 def connection_lost(error: BaseException) -> bool:
     """Whether ``error``, or an exception it came from, says that the connection to the
     server is gone: an infrastructure fault (a cut connection, a server restart, a pooler
@@ -100,6 +123,8 @@ def connection_lost(error: BaseException) -> bool:
     often as a network's. Whose connection it was is the caller's question: a handler's own
     HTTP call failing with ConnectionResetError is its failure, the lane's connection being
     gone is not (``queue/attempt.py`` asks whether the lane's transaction survived)."""
+    if _idle_timeout(error):
+        return False
     seen: set[int] = set()
     pending: list[BaseException | None] = [error]
     while pending:

@@ -234,7 +234,8 @@ class Drainer:
                 poll_interval=self.poll_interval,
                 clock=self.clock,
                 deadline=self._deadline,
-                fence=lease.fence,
+                # Shared drainers commit side by side by design: no fence.
+                fence=None if self.shared else lease.fence,
             )
             if self._aborted:
                 lanes.abort()

@@ -53,6 +53,10 @@ logger = logging.getLogger("cronlock.drainer")
 DEFAULT_BATCH_SIZE = 50  # below PostgreSQL's 64 cached subtransactions per backend
 # Seconds between checks for due jobs when no notification comes (LISTEN/NOTIFY wakes at once).
 DEFAULT_POLL_INTERVAL = 5.0
+# A job whose connection is lost this many times in a row while it runs (in one drainer) is
+# charged a failed attempt: its handler is taking its connection down (ran past the server's
+# idle_in_transaction_session_timeout, crashed its backend), and would run again forever.
+MAX_LOST_RUNS = 3
 
 
 class CommitMode(enum.StrEnum):
@@ -67,6 +71,8 @@ class Lane:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     driver: pg.DriverConnection | None = None  # under the lane, to cut it on abort
     in_flight: int = 0
+    # The job this lane's transaction ran last: the suspect when that transaction is lost.
+    last_job: Job | None = None
     # A handler's session that the handler left untouched, for the next job on this lane's
     # connection (see attempt.py); None when the next job needs a fresh one.
     session: AsyncSession | None = None
@@ -116,6 +122,7 @@ class Lanes:
         self._tasks: list[asyncio.Task[None]] = []
         self._pool: Database | None = None
         self._listener: pg.DriverConnection | None = None
+        self._lost_runs: dict[object, int] = {}  # job id -> connections lost running it
         self._claim = pg.AsyncpgStatement.of(sql.JOB_CLAIM, database.schema)
         self._next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, database.schema)
 
@@ -281,14 +288,34 @@ class Lanes:
                     )
                     with contextlib.suppress(Exception):
                         await conn.invalidate()
+                    await self._count_lost_run(lane, error_line(exc))
             if self.stopping:
                 return
+
+    async def _count_lost_run(self, lane: Lane, error: str) -> None:
+        """Count a lost connection against the job it was running; at MAX_LOST_RUNS in a row
+        the job is charged a failed attempt (DESIGN.md invariant 9: bounded, never forever)."""
+        job, lane.last_job = lane.last_job, None
+        if job is None:
+            return
+        runs = self._lost_runs[job.id] = self._lost_runs.get(job.id, 0) + 1
+        if runs < MAX_LOST_RUNS:
+            return
+        del self._lost_runs[job.id]
+        failure = self.attempts.failed(
+            job,
+            f"its connection was lost {runs} times in a row while it ran (last: {error})",
+            time.time_ns() // 1000,
+            self.attempts.handlers.get(job.job_type),
+        )
+        if await self.completion.record_lost(self._engine(), failure):
+            count(self.stats, [failure])
 
     @staticmethod
     def _lost(exc: BaseException, driver: pg.DriverConnection) -> bool:
         """Whether a lane's error is its connection's loss: an infrastructure fault. Only
         cronlock's own statements and an attempt that saw its transaction go get here."""
-        return isinstance(exc, ConnectionLost) or pg.connection_lost(exc) or driver.is_closed()
+        return isinstance(exc, ConnectionLost) or pg.connection_lost(exc)
 
     async def _batches(
         self, conn: AsyncConnection, driver: pg.DriverConnection, lane: Lane, *, until_empty: bool
@@ -335,6 +362,7 @@ class Lanes:
                 if stopping():
                     break
                 lane.in_flight = 1
+                lane.last_job = job
                 begun.append(perf_counter())
                 outcome = await attempt(conn, lane, job)
                 lane.in_flight = 0
@@ -356,6 +384,11 @@ class Lanes:
                     await transaction.rollback()
             raise
         await transaction.commit()
+        if lane.last_job is not None:
+            lane.last_job = None
+            if self._lost_runs:
+                for outcome in outcomes:
+                    self._lost_runs.pop(outcome.job.id, None)
         self.stats.handed_back += len(claimed) - len(outcomes)
         count(self.stats, outcomes, begun, queue=self.queue)
         return len(claimed)

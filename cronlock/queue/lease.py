@@ -65,6 +65,9 @@ BARRIER_NAMESPACE = namespace_key("cronlock-drainer-barrier")
 # Seconds a standby waits for the lock in one slice (its lock_timeout), and so at most before
 # it notices a stop request: the lock itself is granted at once when it is free.
 WAIT_SLICE = 0.5
+# Seconds a new active drainer waits at the barrier for the previous drainer's lanes to end
+# their commits; lanes still there after that are a frozen process's, and are ended.
+BARRIER_WAIT = 1.0
 # A new active drainer waits this long at most for the previous one's token to go (it goes
 # with the previous lock transaction, within microseconds of the lock).
 _TOKEN_GONE_WITHIN = 30.0
@@ -252,12 +255,38 @@ class Lease:
                 )
                 break
             await asyncio.sleep(0.001)
-        barrier = driver.transaction()  # a SAVEPOINT: its rollback releases the barrier
-        await barrier.start()
-        await driver.fetchval(
-            lock.sql, *lock.args(namespace=BARRIER_NAMESPACE, key=fence.queue_key)
-        )
-        await barrier.rollback()
+        timeout = self._statement(sql.LOCK_TIMEOUT_LOCAL)
+        stalled = self._statement(sql.FENCE_TERMINATE_STALLED)
+        await driver.fetch(timeout.sql, *timeout.args(timeout=f"{int(BARRIER_WAIT * 1000)}ms"))
+        while True:
+            barrier = driver.transaction()  # a SAVEPOINT: its rollback releases the barrier
+            await barrier.start()
+            try:
+                await driver.fetchval(
+                    lock.sql, *lock.args(namespace=BARRIER_NAMESPACE, key=fence.queue_key)
+                )
+            except pg.LockNotAvailable:
+                # A lane of the old drainer sits between its fence and its commit: frozen.
+                # Ending its backend rolls it back, as the fence would have.
+                await barrier.rollback()
+                ended = await driver.fetch(
+                    stalled.sql,
+                    *stalled.args(
+                        namespace_oid=BARRIER_NAMESPACE & 0xFFFFFFFF,
+                        key_oid=fence.queue_key & 0xFFFFFFFF,
+                    ),
+                )
+                logger.warning(
+                    "ended %d lane connection(s) of the previous drainer, stalled at their "
+                    "commit for over %g s",
+                    len(ended),
+                    BARRIER_WAIT,
+                    extra={"action": "fence_stalled_lanes", "queue": self.queue},
+                )
+                continue
+            await barrier.rollback()
+            break
+        await driver.fetch(timeout.sql, *timeout.args(timeout="0"))
 
     async def ping(self) -> None:
         """Let the lock transaction idle without a snapshot. A statement sent with the extended

@@ -23,6 +23,7 @@ from sqlalchemy import (
 __all__ = [
     "FENCE_CHECK",
     "FENCE_OTHER_HOLDERS",
+    "FENCE_TERMINATE_STALLED",
     "KEEPALIVE_SETTINGS",
     "LOCK_HOLDERS",
     "LOCK_SHARED_HOLDERS",
@@ -181,4 +182,20 @@ FENCE_OTHER_HOLDERS = select(func.count()).where(
     _pg_locks.c.granted,
     cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
     _pg_locks.c.pid != func.pg_backend_pid(),
+)
+
+# Lanes of a drainer that lost its lock, caught between their fence and their commit (holding
+# the barrier shared) for longer than the new drainer waits: a frozen process. Terminating
+# their backends rolls their transactions back, which is what the fence would have done.
+FENCE_TERMINATE_STALLED = select(func.pg_terminate_backend(_pg_locks.c.pid)).where(
+    _pg_locks.c.locktype == "advisory",
+    _pg_locks.c.database
+    == select(_pg_database.c.oid)
+    .where(_pg_database.c.datname == func.current_database())
+    .scalar_subquery(),
+    _pg_locks.c.objsubid == 2,
+    _pg_locks.c.granted,
+    _pg_locks.c.mode == "ShareLock",
+    cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
+    cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger),
 )

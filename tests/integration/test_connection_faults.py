@@ -173,12 +173,7 @@ async def test_a_paused_drainer_that_lost_its_lock_is_fenced(
     standby takes over and commits; thawed, the first worker's lanes still have their
     connections and try to commit: the fence rolls them back."""
     await _commit_log(database)
-    total = 1000
-    app = _logging_app(database, "setup")
-    try:
-        await app.enqueue_many(app.database, "logged", [{"n": n} for n in range(total)])
-    finally:
-        await app.aclose()
+    total = 400
     args = (
         "--app", "testapps.commitlog", "worker", "--commit-mode", commit_mode,
         "--batch-size", "5", "--concurrency", "2", "--poll-interval", "0.1",
@@ -194,9 +189,14 @@ async def test_a_paused_drainer_that_lost_its_lock_is_fenced(
     second: subprocess.Popen[str] | None = None
     try:
         holder = await eventually(lambda: _lock_holder(database), timeout=30)
-        await eventually(lambda: _exists(marker), timeout=30)  # job 20 in flight now
         second = start_cli(*args, database_url=database_url, DRAINER="second", **slow)
         await eventually(lambda: _standing_by(database), timeout=30)
+        app = _logging_app(database, "setup")  # the jobs come now: both workers are up
+        try:
+            await app.enqueue_many(app.database, "logged", [{"n": n} for n in range(total)])
+        finally:
+            await app.aclose()
+        await eventually(lambda: _exists(marker), timeout=30)  # job 20 in flight now
         first.send_signal(signal.SIGSTOP)
         assert await terminate(database, "pid = :pid", pid=holder) == [holder]
         claimed = "SELECT count(*) FROM committed WHERE drainer = 'second'"

@@ -52,6 +52,10 @@ def test_lost(error: BaseException) -> None:
         asyncpg.UndefinedTableError('relation "no_such_table" does not exist'),
         asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
         asyncpg.DataError("invalid input for query argument $1"),
+        # The handler ran past idle_in_transaction_session_timeout: its doing, not a fault.
+        asyncpg.IdleInTransactionSessionTimeoutError(
+            "terminating connection due to idle-in-transaction timeout"
+        ),
         OperationalError("SELECT 1", {}, asyncpg.SerializationError("could not serialize")),
     ],
     ids=lambda e: type(e).__name__,
