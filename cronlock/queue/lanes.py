@@ -309,7 +309,7 @@ class Lanes:
             self.attempts.handlers.get(job.job_type),
         )
         if await self.completion.record_lost(self._engine(), failure):
-            count(self.stats, [failure])
+            count(self.stats, [failure], queue=self.queue)
 
     @staticmethod
     def _lost(exc: BaseException, driver: pg.DriverConnection) -> bool:
