@@ -29,6 +29,7 @@ import contextlib
 import enum
 import json
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,6 +123,8 @@ class Lanes:
         self._tasks: list[asyncio.Task[None]] = []
         self._pool: Database | None = None
         self._listener: pg.DriverConnection | None = None
+        self._relisten: asyncio.Task[None] | None = None  # reopening a cut LISTEN connection
+        self._closing = False
         self._lost_runs: dict[object, int] = {}  # job id -> connections lost running it
         self._claim = pg.AsyncpgStatement.of(sql.JOB_CLAIM, database.schema)
         self._next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, database.schema)
@@ -161,6 +164,12 @@ class Lanes:
         return self._pool.engine
 
     async def close(self) -> None:
+        self._closing = True
+        if self._relisten is not None:
+            self._relisten.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._relisten
+            self._relisten = None
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -182,11 +191,7 @@ class Lanes:
             )
             return
         try:
-            listener = await pg.connect(self.database, f"cronlock-listener:{self.queue}")
-            await listener.add_listener(jobs_channel(self.database.schema), self._notified)
-            # An operator's cancel of a running job (cancel.py), for the attempts of these lanes.
-            cancels = self.attempts.cancels.notified
-            await listener.add_listener(cancel_channel(self.database.schema), cancels)
+            await self._subscribe()
         except (OSError, pg.ServerError) as exc:
             # Behind PgBouncer in transaction mode there is no LISTEN: poll instead.
             logger.warning(
@@ -195,8 +200,52 @@ class Lanes:
                 self.poll_interval,
                 extra={"action": "listen_unavailable", "queue": self.queue},
             )
-            return
+
+    async def _subscribe(self) -> None:
+        listener = await pg.connect(self.database, f"cronlock-listener:{self.queue}")
+        try:
+            await listener.add_listener(jobs_channel(self.database.schema), self._notified)
+            # An operator's cancel of a running job (cancel.py), for the attempts of these lanes.
+            cancels = self.attempts.cancels.notified
+            await listener.add_listener(cancel_channel(self.database.schema), cancels)
+        except BaseException:
+            listener.terminate()
+            raise
+        listener.add_termination_listener(self._listener_closed)
         self._listener = listener
+
+    def _listener_closed(self, _conn: object) -> None:
+        """The LISTEN connection closed under us (cut, a restart): reopen it, with backoff,
+        polling meanwhile; one line now, one when it is back."""
+        if self._closing or self._relisten is not None:
+            return
+        self._listener = None
+        logger.warning(
+            "the LISTEN connection closed: reopening it, polling every %s s meanwhile",
+            self.poll_interval,
+            extra={"action": "listen_lost", "queue": self.queue},
+        )
+        self._relisten = asyncio.get_running_loop().create_task(self._reopen())
+
+    async def _reopen(self) -> None:
+        delay = 0.0  # the first try at once; then 0.1 s doubling, at most the poll interval
+        try:
+            while not self._closing:
+                if delay:
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                try:
+                    await self._subscribe()
+                except (OSError, pg.ServerError, pg.ClientError):
+                    delay = min(max(delay * 2, 0.1), max(self.poll_interval, 0.1))
+                    continue
+                logger.info(
+                    "the LISTEN connection is back: notifications wake the lanes again",
+                    extra={"action": "listen_back", "queue": self.queue},
+                )
+                self.wake()  # what was enqueued meanwhile
+                return
+        finally:
+            self._relisten = None
 
     def _notified(self, _conn: pg.DriverConnection, _pid: int, _channel: str, payload: str) -> None:
         if payload == self.queue:

@@ -307,3 +307,52 @@ async def _waits_at_the_barrier(database: Database, pid: int) -> bool:
     params = {"pid": pid, "ns": BARRIER_NAMESPACE & 0xFFFFFFFF}
     async with database.connect() as conn:
         return bool((await conn.execute(text(query), params)).scalar_one())
+
+
+# -- the LISTEN connection: cut, it is reopened, and pickup is immediate again -----------------
+
+
+async def _listeners(database: Database) -> list[int]:
+    query = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'cronlock-listener:default'"
+    )
+    async with database.connect() as conn:
+        return list((await conn.execute(text(query))).scalars())
+
+
+async def test_a_cut_listen_connection_is_reopened(database: Database) -> None:
+    app = cronlock.App()
+
+    @app.job("quick")
+    async def quick(session: AsyncSession, payload: dict[str, Any]) -> None:
+        return None
+
+    app.use_database(str(database.url))
+    stop = asyncio.Event()
+    try:
+        # A poll interval of a minute: only LISTEN/NOTIFY can pick a job up within seconds.
+        worker = asyncio.create_task(
+            cronlock.serve_worker(app.drainer(poll_interval=60), stop=stop)
+        )
+        [listener] = await eventually(lambda: _listeners(database), timeout=30)
+        assert await terminate(database, "pid = :pid", pid=listener) == [listener]
+        reopened = await eventually(lambda: _other_listener(database, listener), timeout=10)
+        assert reopened != listener
+        loop = asyncio.get_running_loop()
+        enqueued = loop.time()
+        await app.enqueue(app.database, "quick", {})
+        await eventually(lambda: _all_completed(database, 1), timeout=10, interval=0.002)
+        latency = loop.time() - enqueued
+        stop.set()
+        result = await asyncio.wait_for(worker, 30)
+    finally:
+        stop.set()
+        await app.aclose()
+    assert latency < 2.0, latency
+    assert result.status is cronlock.RunStatus.COMPLETED, result.error
+
+
+async def _other_listener(database: Database, old: int) -> int | None:
+    pids = [pid for pid in await _listeners(database) if pid != old]
+    return pids[0] if pids else None
