@@ -55,3 +55,32 @@ async def test_email_report_and_payments_with_one_failing(
             await session.execute(select(jobs.c.result).where(jobs.c.job_type == "send_email"))
         ).scalar_one()
         assert email == {"sent_to": "a@example.com"}
+
+
+async def test_process_payment_on_a_money_column(database: Database, examples: ModuleType) -> None:
+    """Issue 11 point 6: on a ``numeric`` balance the handler's result holds a Decimal, which is
+    stored as its exact string (the README's encoding), not a failed attempt."""
+    from decimal import Decimal
+
+    from sqlalchemy import text
+
+    app: App = examples.app
+    app.use_database(str(database.url))
+    try:
+        async with database.session() as session:
+            await examples.setup_demo(session, posts=1)
+            await session.execute(
+                text("ALTER TABLE users ALTER COLUMN balance TYPE numeric(12, 2)")
+            )
+            await session.execute(text("UPDATE users SET balance = 10.25 WHERE id = 1"))
+            await app.enqueue(session, "process_payment", {"user_id": 1, "amount": 5})
+            await session.commit()
+        result = await app.drain()
+    finally:
+        await app.aclose()
+    assert result.status is RunStatus.COMPLETED, result.error
+    async with database.session() as session:
+        row = (await session.execute(select(jobs.c.status, jobs.c.result))).one()
+        balance = (await session.execute(text("SELECT balance FROM users WHERE id = 1"))).scalar()
+    assert tuple(row) == ("completed", {"user_id": 1, "amount": 5, "new_balance": "15.25"})
+    assert balance == Decimal("15.25")
