@@ -84,7 +84,11 @@ class Guard:
             return False
         try:
             await asyncio.wait_for(driver.execute(self._ping.sql), PING_TIMEOUT)
-        except _LOST:
+        except Exception:
+            # Only an answered ping proves the lock. When the server ends the connection
+            # mid-ping, asyncpg can also raise its InternalClientError ("cannot switch to
+            # state 15; another operation is in progress"), which is none of _LOST: whatever
+            # the driver raises instead of an answer, the lock counts as lost.
             return False
         return True
 
