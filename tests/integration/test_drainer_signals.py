@@ -131,7 +131,11 @@ async def test_sigkill_with_a_standby_loses_nothing_and_applies_nothing_twice(
         kill_all(active, *([standby] if standby else []))
 
     print(f"\n[{mode}] recovery after SIGKILL: {recovery * 1000:.0f} ms; before: {before}")
-    assert recovery < 5.0
+    # A bound that catches a recovery that waits for a timeout (a heartbeat row's 10 s
+    # age), not the figure itself: that is measured in benchmarks (benchmarks.lease_sigkill,
+    # the harness's recovery), not here. It took 0.3-3.9 s here in lease mode on a loaded
+    # 2-core machine, and once 5.7 s, which a bound of 5 s failed.
+    assert recovery < 8.0
     assert code == 0, stderr
     assert json.loads(stdout)["processed"] >= total - before.get("completed", 0)
     assert await scalar(database, select(testjobs.counter.c.n)) == total
