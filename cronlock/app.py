@@ -33,6 +33,7 @@ from .errors import (
     UnknownTask,
 )
 from .locks import lock_key, namespace_key
+from .observe.tracehooks import Tracer
 from .outcome import DrainResult, JobStatus, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
 from .pg import ServerError
@@ -199,6 +200,8 @@ class App:
         self._handlers: dict[str, Handler] = {}
         self._declared: dict[str, JobType] = {}
         self._warned_unknown: set[str] = set()
+        # OpenTelemetry spans, once cronlock.tracing.instrument(self) ran (the 'otel' extra).
+        self.tracing: Tracer | None = None
 
     # -- registration --------------------------------------------------------------------
 
@@ -489,22 +492,31 @@ class App:
         ``concurrency_limit`` and ``allow_unknown`` are ``enqueue``'s.
         """
         known = self.knows(job_type)
-        answers = await enqueue_many(
-            executor,
-            self.job_types,
-            job_type,
-            payloads,
-            schema=self._schema_of_jobs(),
-            allow_unknown=allow_unknown,
-            max_retries=max_retries,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            queue=queue,
-            dedup_keys=dedup_keys,
-            concurrency_keys=concurrency_keys,
-            concurrency_limit=concurrency_limit,
-        )
+        options: dict[str, Any] = {
+            "schema": self._schema_of_jobs(),
+            "allow_unknown": allow_unknown,
+            "max_retries": max_retries,
+            "delay": delay,
+            "run_at": run_at,
+            "priority": priority,
+            "queue": queue,
+            "dedup_keys": dedup_keys,
+            "concurrency_keys": concurrency_keys,
+            "concurrency_limit": concurrency_limit,
+        }
+        tracing = self.tracing
+        if tracing is None:
+            answers = await enqueue_many(executor, self.job_types, job_type, payloads, **options)
+        else:
+            with tracing.enqueue(job_type, len(payloads)) as trace_context:
+                answers = await enqueue_many(
+                    executor,
+                    self.job_types,
+                    job_type,
+                    payloads,
+                    trace_context=trace_context,
+                    **options,
+                )
         if not known and job_type not in self._warned_unknown:
             self._warned_unknown.add(job_type)  # once per type: not a line per job
             logger.warning(
@@ -562,6 +574,7 @@ class App:
             sweep_interval=sweep_interval,
             clock=clock,
             rng=rng,
+            tracing=self.tracing,
         )
 
     async def drain(
@@ -637,7 +650,14 @@ class App:
         Outside every slot's grace nothing runs (``skipped``, ``no_slot``) unless ``manual``:
         a manual run is recorded as such and claims no slot.
         """
-        return await execute(self.database, self.task(name), now=now, manual=manual, grace=grace)
+        return await execute(
+            self.database,
+            self.task(name),
+            now=now,
+            manual=manual,
+            grace=grace,
+            tracing=self.tracing,
+        )
 
     async def migrate(self) -> str:
         """Create or upgrade cronlock's schema in the app's database, as ``cronlock migrate``

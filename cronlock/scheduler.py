@@ -173,7 +173,14 @@ class Scheduler:
             self._retry_catch_up(task)
         if current is not None:
             results.append(
-                await run_slot(self.database, task, current, now=now, trigger=RunTrigger.SCHEDULER)
+                await run_slot(
+                    self.database,
+                    task,
+                    current,
+                    now=now,
+                    trigger=RunTrigger.SCHEDULER,
+                    tracing=self.app.tracing,
+                )
             )
         return results
 
@@ -200,7 +207,13 @@ class Scheduler:
         results = []
         for slot in catch_up:
             result = await run_slot(
-                self.database, task, slot, now=now, trigger=RunTrigger.CATCH_UP, record_busy=False
+                self.database,
+                task,
+                slot,
+                now=now,
+                trigger=RunTrigger.CATCH_UP,
+                record_busy=False,
+                tracing=self.app.tracing,
             )
             if result.skip_reason == SkipReason.LOCK_BUSY:
                 # Another scheduler catching up the same backlog, or only a run of the current

@@ -50,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from .. import sql
 from ..database import Database
 from ..logs import RUNS_LOGGER
+from ..observe.tracehooks import ITEM_EVENTS, Tracer
 from ..outcome import (
     ItemFailure,
     RunResult,
@@ -92,6 +93,7 @@ class Run:
         self.failures: list[ItemFailure] = []
         self._savepoints = ItemSavepoints(session)
         self._chunks = chunks  # a chunked run's commits (None: the run is one transaction)
+        self._on_item = ITEM_EVENTS.get()  # a traced run's span hears of each item
 
     def item(self, key: object = None) -> ItemBlock:
         """Process one item inside its own SAVEPOINT: ``async with run.item(key) as session``.
@@ -106,6 +108,8 @@ class Run:
 
     def _record_failure(self, key: object, exc: BaseException) -> None:
         self.items_failed += 1
+        if self._on_item is not None:
+            self._on_item(key, exc)
         failure = ItemFailure.from_exception(key, exc)
         if len(self.failures) < MAX_RECORDED_FAILURES:
             self.failures.append(failure)
@@ -153,6 +157,8 @@ class ItemBlock:
                     run._record_failure(self._key, failure)
                 else:
                     run.items_ok += 1
+                    if run._on_item is not None:
+                        run._on_item(self._key, None)
                 recorded = False
             elif isinstance(exc, Exception):
                 await savepoints.rollback(frame)
@@ -175,6 +181,7 @@ async def execute(
     now: datetime | None = None,
     manual: bool = False,
     grace: timedelta | None = None,
+    tracing: Tracer | None = None,
 ) -> RunResult:
     """Run ``task`` once for the slot ``now`` belongs to (or, ``manual``, outside any slot).
 
@@ -183,7 +190,9 @@ async def execute(
     """
     started_at = now or datetime.now(UTC)
     if manual:
-        return await run_slot(database, task, None, now=started_at, trigger=RunTrigger.MANUAL)
+        return await run_slot(
+            database, task, None, now=started_at, trigger=RunTrigger.MANUAL, tracing=tracing
+        )
     slot = resolve_slot(task, started_at, grace=grace)
     if slot is None:
         latest = task.schedule.slot_at(started_at)
@@ -212,7 +221,13 @@ async def execute(
         async with database.session() as session:
             return await _record(session, outcome)
     return await run_slot(
-        database, task, slot, now=started_at, trigger=RunTrigger.CRON, record_gaps=True
+        database,
+        task,
+        slot,
+        now=started_at,
+        trigger=RunTrigger.CRON,
+        record_gaps=True,
+        tracing=tracing,
     )
 
 
@@ -225,6 +240,7 @@ async def run_slot(
     trigger: RunTrigger = RunTrigger.CRON,
     record_busy: bool = True,
     record_gaps: bool = False,
+    tracing: Tracer | None = None,
 ) -> RunResult:
     """Run ``task`` for ``slot`` (None: a manual run) under its lock; record the outcome.
 
@@ -236,6 +252,21 @@ async def run_slot(
     run, whatever the task's misfire policy: catching up is the scheduler's (README,
     "Misfires").
     """
+    if tracing is not None:  # the same run, in a span of its own (cronlock.tracing)
+        return await tracing.periodic_run(
+            task,
+            slot,
+            trigger.value,
+            lambda: run_slot(
+                database,
+                task,
+                slot,
+                now=now,
+                trigger=trigger,
+                record_busy=record_busy,
+                record_gaps=record_gaps,
+            ),
+        )
     started_at = now or datetime.now(UTC)
     clock = time.perf_counter()
     lateness_ms = None if slot is None else (started_at - slot).total_seconds() * 1000

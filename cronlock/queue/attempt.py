@@ -27,6 +27,7 @@ from typing import Protocol, cast
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
+from ..observe.tracehooks import Tracer
 from ..outcome import JobStatus, error_line
 from ..pg import connection_lost, session_has_pending, session_untouched
 from .cancel import CancelRequested, Cancels, Scope
@@ -88,6 +89,7 @@ class Attempts:
         queue: str,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
+        tracing: Tracer | None = None,
     ) -> None:
         self.handlers = handlers
         self.queue = queue
@@ -95,6 +97,7 @@ class Attempts:
         self.rng = rng
         # The attempts running now, for an operator's cancel (cancel.py).
         self.cancels = Cancels(queue)
+        self.tracing = tracing  # cronlock.tracing's spans; the lanes then call run_traced
 
     async def run(self, conn: AsyncConnection, slot: SessionSlot, job: Job) -> Attempt:
         """One attempt of ``job`` on ``conn`` (inside the lane's transaction)."""
@@ -232,6 +235,15 @@ class Attempts:
             extra={"action": "job_snoozed", **extra},
         )
         return again
+
+    async def run_traced(self, conn: AsyncConnection, slot: SessionSlot, job: Job) -> Attempt:
+        """``run`` in a span of its own, the child of the one that enqueued ``job``: what a
+        traced drainer's lanes call instead (``run`` itself stays as it is)."""
+        assert self.tracing is not None
+        outcome: Attempt = await self.tracing.attempt(
+            lambda: self.run(conn, slot, job), job, self.queue
+        )
+        return outcome
 
     def failed(self, job: Job, error: str, started: int, handler: Handler | None) -> Failure:
         """The failed attempt (the retry rule decides retrying or failed), logged."""

@@ -48,6 +48,7 @@ from typing import Any
 from .. import sql
 from ..database import Database
 from ..observe.stats import DrainStats
+from ..observe.tracehooks import Tracer
 from ..outcome import DrainResult, RunStatus
 from ..sql.tables import DEFAULT_QUEUE
 from .attempt import Attempts
@@ -96,6 +97,7 @@ class Drainer:
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
+        tracing: Tracer | None = None,
     ) -> None:
         self.database = database
         self.handlers = handlers
@@ -126,7 +128,7 @@ class Drainer:
         self._aborted = False
         self._lanes: Lanes | None = None
         self._deadline: float | None = None
-        self._attempts = Attempts(handlers, queue=self.queue, clock=clock, rng=rng)
+        self._attempts = Attempts(handlers, queue=self.queue, clock=clock, rng=rng, tracing=tracing)
         self._completion = Completion(database.schema, self.queue)
 
     # -- control (signal handlers call these) ---------------------------------------------

@@ -56,8 +56,12 @@ async def enqueue_many(
     dedup_keys: Sequence[str | None] | None = None,
     concurrency_keys: Sequence[str | None] | None = None,
     concurrency_limit: int | None = None,
+    trace_context: str | None = None,
 ) -> list[Enqueued]:
     """Enqueue one job per payload; nothing is written on bad input.
+
+    ``trace_context`` (a traced app's enqueue span, ``cronlock.tracing``) is written with
+    every job; without it the statements are the untraced ones.
 
     In the caller's transaction (an ``AsyncSession`` or ``AsyncConnection``): the caller commits
     (or rolls back) as with any of its own writes. Given a ``Database`` instead, the jobs are
@@ -89,6 +93,8 @@ async def enqueue_many(
         "max_retries": options.max_retries,
     }
     per_job = _PerJob(keys, limited, limits)
+    if trace_context is not None:
+        common["trace_context"] = trace_context
     if isinstance(executor, Database):
         return await _on_own_connection(executor, texts, per_job, common)
     # The caller's engine may not translate cronlock's schema: say which one at execution.
@@ -132,7 +138,8 @@ async def _insert(
             "concurrency_keys": [per_job.concurrency_keys[i] for i in todo],
             "concurrency_limits": [per_job.concurrency_limits[i] for i in todo],
         }
-        inserted = {row[0] for row in await run(sql.JOB_INSERT_MANY, params)}
+        many = sql.JOB_INSERT_MANY_TRACED if "trace_context" in common else sql.JOB_INSERT_MANY
+        inserted = {row[0] for row in await run(many, params)}
         for i, job_id in ids.items():
             if job_id in inserted:
                 answers[i] = Enqueued(job_id)
@@ -180,7 +187,8 @@ async def _on_own_connection(
     try:
         if len(texts) == 1 and keys[0] is None:
             job_id = uuid.uuid4()
-            insert = _compiled(sql.JOB_INSERT_ONE, database.schema)
+            one = sql.JOB_INSERT_ONE_TRACED if "trace_context" in common else sql.JOB_INSERT_ONE
+            insert = _compiled(one, database.schema)
             args = insert.args(
                 id=job_id,
                 payload=texts[0],

@@ -155,6 +155,7 @@ class Job:
     retry_count: int
     max_retries: int
     created_at: datetime
+    trace_context: str | None = None  # the enqueuing span's, claimed by a traced drainer only
 
 
 @dataclass(frozen=True)

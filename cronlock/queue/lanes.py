@@ -126,7 +126,10 @@ class Lanes:
         self._relisten: asyncio.Task[None] | None = None  # reopening a cut LISTEN connection
         self._closing = False
         self._lost_runs: dict[object, int] = {}  # job id -> connections lost running it
-        self._claim = pg.AsyncpgStatement.of(sql.JOB_CLAIM, database.schema)
+        # A traced drainer claims each job's trace context too; the others, what they always did.
+        self._traced = attempts.tracing is not None
+        claim = sql.JOB_CLAIM_TRACED if self._traced else sql.JOB_CLAIM
+        self._claim = pg.AsyncpgStatement.of(claim, database.schema)
         self._next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, database.schema)
 
     @property
@@ -400,13 +403,19 @@ class Lanes:
                     self._next_due.sql, *self._next_due.args(queue=self.queue, now=self._db_now())
                 )
                 lane.next_due = None if seconds is None else float(seconds)
-            claimed = [
-                Job(id, job_type, _decode(payload)[0], retry_count, max_retries, created_at)
-                for id, job_type, payload, retry_count, max_retries, created_at in rows
-            ]
+            if self._traced:
+                claimed = [
+                    Job(id, job_type, _decode(payload)[0], retries, max_retries, created, trace)
+                    for id, job_type, payload, retries, max_retries, created, trace in rows
+                ]
+            else:
+                claimed = [
+                    Job(id, job_type, _decode(payload)[0], retry_count, max_retries, created_at)
+                    for id, job_type, payload, retry_count, max_retries, created_at in rows
+                ]
             # Looked up once per batch, not per job.
             stopping, perf_counter = self._stopping.is_set, time.perf_counter
-            attempt = self.attempts.run
+            attempt = self.attempts.run_traced if self._traced else self.attempts.run
             for job in claimed:
                 if stopping():
                     break

@@ -50,6 +50,7 @@ __all__ = [
     "JOB_BY_DEDUP_KEY",
     "JOB_CANCEL",
     "JOB_CLAIM",
+    "JOB_CLAIM_TRACED",
     "JOB_COMPLETE_MANY",
     "JOB_COMPLETE_ONE",
     "JOB_COUNTS",
@@ -57,7 +58,9 @@ __all__ = [
     "JOB_FINISH_MANY",
     "JOB_GET",
     "JOB_INSERT_MANY",
+    "JOB_INSERT_MANY_TRACED",
     "JOB_INSERT_ONE",
+    "JOB_INSERT_ONE_TRACED",
     "JOB_KEY_SLOT_FREE",
     "JOB_LEASE_CLAIM",
     "JOB_LEASE_COMPLETE_MANY",
@@ -104,58 +107,73 @@ _new_jobs = (
 # Many jobs in one statement (one round trip for 10,000). Ids are chosen by the caller so the
 # answer needs no ordering; a row whose dedup key is already waiting is not inserted and its
 # id is not returned. Payloads arrive as JSON text and are parsed by PostgreSQL.
-JOB_INSERT_MANY = (
-    pg_insert(jobs)
-    .from_select(
-        [
-            "id",
-            "job_type",
-            "payload",
-            "queue",
-            "priority",
-            "run_at",
-            "max_retries",
-            "dedup_key",
-            "concurrency_key",
-            "concurrency_limit",
-        ],
-        select(
-            cast(_new_jobs.c.id, Uuid),
-            bindparam("job_type", type_=Text),
-            cast(_new_jobs.c.payload, JSONB),
-            bindparam("queue", type_=Text),
-            bindparam("priority", type_=Integer),
-            func.coalesce(
-                bindparam("run_at", type_=DateTime(timezone=True)),
-                func.now() + bindparam("delay", type_=Interval),
-            ),
-            bindparam("max_retries", type_=Integer),
-            cast(_new_jobs.c.dedup_key, Text),
-            cast(_new_jobs.c.concurrency_key, Text),
-            cast(_new_jobs.c.concurrency_limit, Integer),
+_INSERT_COLUMNS = [
+    "id",
+    "job_type",
+    "payload",
+    "queue",
+    "priority",
+    "run_at",
+    "max_retries",
+    "dedup_key",
+    "concurrency_key",
+    "concurrency_limit",
+]
+
+
+def _insert_many(*, traced: bool) -> Any:
+    values = [
+        cast(_new_jobs.c.id, Uuid),
+        bindparam("job_type", type_=Text),
+        cast(_new_jobs.c.payload, JSONB),
+        bindparam("queue", type_=Text),
+        bindparam("priority", type_=Integer),
+        func.coalesce(
+            bindparam("run_at", type_=DateTime(timezone=True)),
+            func.now() + bindparam("delay", type_=Interval),
         ),
+        bindparam("max_retries", type_=Integer),
+        cast(_new_jobs.c.dedup_key, Text),
+        cast(_new_jobs.c.concurrency_key, Text),
+        cast(_new_jobs.c.concurrency_limit, Integer),
+    ]
+    columns = list(_INSERT_COLUMNS)
+    if traced:  # one enqueue, one span: its context is the same for all its jobs
+        columns.append("trace_context")
+        values.append(bindparam("trace_context", type_=Text))
+    return (
+        pg_insert(jobs)
+        .from_select(columns, select(*values))
+        .on_conflict_do_nothing(index_elements=[jobs.c.dedup_key], index_where=_DEDUP_WHERE)
+        .returning(jobs.c.id)
     )
-    .on_conflict_do_nothing(index_elements=[jobs.c.dedup_key], index_where=_DEDUP_WHERE)
-    .returning(jobs.c.id)
-)
+
+
+JOB_INSERT_MANY = _insert_many(traced=False)
+# The same, from a traced app (cronlock.tracing): the jobs carry the enqueuing span's context.
+JOB_INSERT_MANY_TRACED = _insert_many(traced=True)
 
 # One job without a dedup key, the one-at-a-time enqueue committed on its own: a VALUES row is
 # less for the server to plan and run than unnesting arrays of one, and there is nothing to
 # return (the id is the caller's; with no dedup key there is no conflict to skip). The same
 # columns and server defaults as JOB_INSERT_MANY.
-JOB_INSERT_ONE = pg_insert(jobs).values(
-    id=bindparam("id", type_=Uuid),
-    job_type=bindparam("job_type", type_=Text),
-    payload=cast(bindparam("payload", type_=Text), JSONB),
-    queue=bindparam("queue", type_=Text),
-    priority=bindparam("priority", type_=Integer),
-    run_at=func.coalesce(
+_ONE = {
+    "id": bindparam("id", type_=Uuid),
+    "job_type": bindparam("job_type", type_=Text),
+    "payload": cast(bindparam("payload", type_=Text), JSONB),
+    "queue": bindparam("queue", type_=Text),
+    "priority": bindparam("priority", type_=Integer),
+    "run_at": func.coalesce(
         bindparam("run_at", type_=DateTime(timezone=True)),
         func.now() + bindparam("delay", type_=Interval),
     ),
-    max_retries=bindparam("max_retries", type_=Integer),
-    concurrency_key=bindparam("concurrency_key", type_=Text),
-    concurrency_limit=bindparam("concurrency_limit", type_=Integer),
+    "max_retries": bindparam("max_retries", type_=Integer),
+    "concurrency_key": bindparam("concurrency_key", type_=Text),
+    "concurrency_limit": bindparam("concurrency_limit", type_=Integer),
+}
+JOB_INSERT_ONE = pg_insert(jobs).values(**_ONE)
+JOB_INSERT_ONE_TRACED = pg_insert(jobs).values(
+    **_ONE, trace_context=bindparam("trace_context", type_=Text)
 )
 
 # The waiting jobs that hold some dedup keys (their duplicates were not inserted).
@@ -225,16 +243,25 @@ _CLAIM_ORDER = (jobs.c.priority.desc(), jobs.c.run_at)
 # EXISTS that PostgreSQL evaluates once per claim (an InitPlan: one primary-key probe) as a
 # one-time filter over the same ix_jobs_claim scan, so the plan does not change. A job with a
 # concurrency key must find a free slot of its key (JOB_KEY_SLOT_FREE).
+_CLAIMED = (
+    jobs.c.id,
+    jobs.c.job_type,
+    # As text, which the drainer decodes itself (cheaper than the driver's jsonb codec).
+    cast(jobs.c.payload, Text).label("payload"),
+    jobs.c.retry_count,
+    jobs.c.max_retries,
+    jobs.c.created_at,
+)
 JOB_CLAIM = (
-    select(
-        jobs.c.id,
-        jobs.c.job_type,
-        # As text, which the drainer decodes itself (cheaper than the driver's jsonb codec).
-        cast(jobs.c.payload, Text).label("payload"),
-        jobs.c.retry_count,
-        jobs.c.max_retries,
-        jobs.c.created_at,
-    )
+    select(*_CLAIMED)
+    .where(*_CLAIMABLE, JOB_KEY_SLOT_FREE)
+    .order_by(*_CLAIM_ORDER)
+    .limit(bindparam("limit", type_=Integer))
+    .with_for_update(skip_locked=True, of=jobs)
+)
+# The same for a traced drainer (cronlock.tracing): with the context each job carries.
+JOB_CLAIM_TRACED = (
+    select(*_CLAIMED, jobs.c.trace_context)
     .where(*_CLAIMABLE, JOB_KEY_SLOT_FREE)
     .order_by(*_CLAIM_ORDER)
     .limit(bindparam("limit", type_=Integer))

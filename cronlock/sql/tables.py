@@ -147,6 +147,9 @@ jobs = Table(
     # concurrency_key run at once, across every drainer (the claim's JOB_KEY_SLOT_FREE) --
     Column("concurrency_key", Text),
     Column("concurrency_limit", Integer),
+    # -- tracing (migration 0008) --
+    # The enqueuing span's W3C trace context, written only by a traced app (cronlock.tracing).
+    Column("trace_context", Text),
     CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
     CheckConstraint("retry_count >= 0", name="retry_count"),
     CheckConstraint("max_retries >= 0", name="max_retries"),

@@ -73,12 +73,23 @@ def test_the_drainer_options_are_typed_keywords() -> None:
     for method in (cronlock.App.drainer, cronlock.App.drain):
         kinds = {p.kind for name, p in inspect.signature(method).parameters.items()}
         assert inspect.Parameter.VAR_KEYWORD not in kinds, method
-    drainer = set(inspect.signature(cronlock.Drainer).parameters) - {"database", "handlers"}
+    # The app gives the drainer its own database, handlers and tracing (cronlock.tracing).
+    given = {"database", "handlers", "tracing"}
+    drainer = set(inspect.signature(cronlock.Drainer).parameters) - given
     assert drainer == set(inspect.signature(cronlock.App.drainer).parameters) - {"self"}
     # Each default is the Drainer's own.
     for name, parameter in inspect.signature(cronlock.App.drainer).parameters.items():
         if name != "self":
             assert parameter.default == inspect.signature(cronlock.Drainer).parameters[name].default
+
+
+def test_tracing_is_public_and_says_which_extra_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    tracing = importlib.import_module("cronlock.tracing")
+    assert {"instrument", "uninstrument", "Tracing"} <= set(tracing.__all__)
+    monkeypatch.delitem(sys.modules, "cronlock.tracing")
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    with pytest.raises(cronlock.ConfigurationError, match=r"pip install 'cronlock\[otel\]'"):
+        importlib.import_module("cronlock.tracing")
 
 
 def test_http_is_public_and_says_which_extra_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
