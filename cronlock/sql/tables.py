@@ -147,7 +147,7 @@ jobs = Table(
     # concurrency_key run at once, across every drainer (the claim's JOB_KEY_SLOT_FREE) --
     Column("concurrency_key", Text),
     Column("concurrency_limit", Integer),
-    # -- tracing (migration 0008) --
+    # -- tracing (migration 0009) --
     # The enqueuing span's W3C trace context, written only by a traced app (cronlock.tracing).
     Column("trace_context", Text),
     CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
@@ -256,7 +256,7 @@ queues = Table(
     CheckConstraint("length(name) BETWEEN 1 AND 200", name="name"),
 )
 
-# One row per running job an operator asked to cancel (migration 0008), written while the job's
+# One row per running job an operator asked to cancel (migration 0009), written while the job's
 # own row is locked by the lane running it (in the transactional commit modes nothing can
 # update that row until the handler ends): the drainers read it for their running jobs, the
 # notification on ``cancel_channel`` tells them at once. No foreign key: checking one would

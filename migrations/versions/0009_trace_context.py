@@ -5,8 +5,8 @@ enqueued the job, written only when the app is traced (``cronlock.tracing``, the
 extra); each attempt's span is that span's child, so one trace crosses the queue. NULL
 otherwise, and nothing reads it then.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-12-01
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
