@@ -107,6 +107,34 @@ async def test_a_trace_crosses_the_queue_from_the_request_to_each_attempt(
         assert "ValueError: told to fail" in (span.status.description or "")
 
 
+async def test_a_handler_s_cancel_or_snooze_is_its_attempt_s_outcome_not_an_error(
+    database: Database, exporter: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, spans = exporter
+    app = cronlock.App()
+
+    @app.job("directed")
+    async def directed(session: Any, payload: dict[str, Any]) -> object:
+        return cronlock.JobCancel("not wanted") if payload["cancel"] else cronlock.JobSnooze(60)
+
+    app.use_database(str(database.url))
+    instrument(app, tracer_provider=provider)
+    try:
+        await app.enqueue_many(app.database, "directed", [{"cancel": True}, {"cancel": False}])
+        result = await app.drain(max_seconds=30)
+    finally:
+        await app.aclose()
+    assert result.stats["cancelled"] == 1
+    outcomes = sorted(
+        str(span.attributes["cronlock.outcome"])
+        for span in _named(spans.get_finished_spans(), "job directed")
+        if span.attributes
+    )
+    assert outcomes == ["cancelled", "snoozed"]
+    for span in _named(spans.get_finished_spans(), "job directed"):
+        assert span.status.status_code is not StatusCode.ERROR
+
+
 async def test_a_periodic_run_is_a_span_with_its_items_as_events(
     database: Database, exporter: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
