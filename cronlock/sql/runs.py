@@ -6,11 +6,14 @@ index ``ux_runs_task_slot``); a success is a run that committed its work.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
     Integer,
+    Select,
     String,
     Text,
     and_,
@@ -25,6 +28,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    true,
     tuple_,
     update,
 )
@@ -39,6 +43,7 @@ __all__ = [
     "RUN_CHUNK_COMMIT",
     "RUN_CLAIMING_RECENT_PER_TASK",
     "RUN_FINISH",
+    "RUN_GET",
     "RUN_INSERT",
     "RUN_INSERT_MISSED",
     "RUN_INTERRUPT",
@@ -47,13 +52,18 @@ __all__ = [
     "RUN_LAST_SLOT",
     "RUN_LAST_SLOT_PER_TASK",
     "RUN_LAST_SUCCESS_PER_TASK",
+    "RUN_LATEST_PER_TASK",
+    "RUN_OF_TASK_SINCE",
+    "RUN_OUTCOMES_PER_TASK",
     "RUN_PRUNE",
     "RUN_PRUNE_COUNT",
     "RUN_RECENT",
     "RUN_RECENT_PER_TASK",
     "RUN_SLOTS_RECORDED",
     "RUN_SLOT_CLAIMED",
+    "RUN_TASK_NAMES",
     "RUN_TOTALS",
+    "run_page",
 ]
 
 # A success is a run that committed its work: completed, or partial (its bad items rolled
@@ -368,3 +378,103 @@ RUN_PRUNE = (
 
 # Retention's dry run: how many runs RUN_PRUNE would delete.
 RUN_PRUNE_COUNT = select(func.count()).where(runs.c.started_at < _before, _deletable)
+
+
+# -- the dashboard: per task, on ix_runs_task_started_at, whatever the table's size --------
+
+_r = runs.alias("r")
+_first_task = select(runs.c.task).order_by(runs.c.task).limit(1).cte("tasks", recursive=True)
+_task_names = _first_task.union_all(
+    select(
+        select(_r.c.task)
+        .where(_r.c.task > _first_task.c.task)
+        .order_by(_r.c.task)
+        .limit(1)
+        .scalar_subquery()
+    ).where(_first_task.c.task.is_not(None))
+)
+
+# Every task that has a row: a loose index scan of ix_runs_task_started_at, one probe per
+# task (a recursive CTE; PostgreSQL has no skip scan), instead of a DISTINCT over the table.
+RUN_TASK_NAMES = (
+    select(_task_names.c.task).where(_task_names.c.task.is_not(None)).order_by(_task_names.c.task)
+)
+
+_of_tasks = (
+    func.unnest(bindparam("tasks", type_=ARRAY(Text)))
+    .table_valued(column("task", Text))
+    .render_derived(name="of_tasks")
+)
+_newest_first = (runs.c.started_at.desc(), runs.c.id.desc())
+_latest = (
+    select(
+        runs.c.id, runs.c.status, runs.c.slot, runs.c.started_at, runs.c.finished_at, runs.c.trigger
+    )
+    .where(runs.c.task == _of_tasks.c.task)
+    .order_by(*_newest_first)
+    .limit(1)
+    .lateral("latest")
+)
+
+# Per task of :tasks: its latest row (a run, skip or miss) and its latest success, each the
+# first entry of a backward walk of ix_runs_task_started_at (the success's walk is as long as
+# the task's latest failures and skips).
+RUN_LATEST_PER_TASK = select(
+    _of_tasks.c.task,
+    _latest.c.id,
+    _latest.c.status,
+    _latest.c.slot,
+    _latest.c.started_at,
+    _latest.c.finished_at,
+    _latest.c.trigger,
+    select(runs.c.finished_at)
+    .where(runs.c.task == _of_tasks.c.task, _did_work)
+    .order_by(*_newest_first)
+    .limit(1)
+    .scalar_subquery()
+    .label("last_success"),
+).select_from(_of_tasks.outerjoin(_latest, true()))
+
+_outcomes = (
+    select(runs.c.id, runs.c.status, runs.c.lateness_ms, runs.c.started_at)
+    .where(runs.c.task == _of_tasks.c.task, _claiming)
+    .order_by(*_newest_first)
+    .limit(bindparam("limit", type_=Integer))
+    .lateral("outcomes")
+)
+
+# Per task of :tasks: its last :limit outcomes that claimed a slot (skips left out), newest
+# first: the streaks of failures and misses, and recent lateness, are read from these.
+RUN_OUTCOMES_PER_TASK = (
+    select(_of_tasks.c.task, _outcomes.c.status, _outcomes.c.lateness_ms)
+    .select_from(_of_tasks.join(_outcomes, true()))
+    .order_by(_of_tasks.c.task, _outcomes.c.started_at.desc(), _outcomes.c.id.desc())
+)
+
+# A task's rows that started at or after :since, oldest first, :limit at most: the slot
+# picture's window (no row starts more than the task's `early` before its slot, so :since is
+# the window's first slot minus it). A range of ix_runs_task_started_at.
+RUN_OF_TASK_SINCE = (
+    select(runs)
+    .where(
+        runs.c.task == bindparam("task", type_=Text),
+        runs.c.started_at >= bindparam("since", type_=DateTime(timezone=True)),
+    )
+    .order_by(runs.c.started_at, runs.c.id)
+    .limit(bindparam("limit", type_=Integer))
+)
+
+RUN_GET = select(runs).where(runs.c.id == bindparam("id", type_=BigInteger))
+
+
+def run_page(*, before: bool) -> Select[Any]:
+    """A task's runs newest first, :limit of them; with ``before``, those before the keyset
+    position (:before_started_at, :before_id) of a page. ix_runs_task_started_at, backwards."""
+    query = select(runs).where(runs.c.task == bindparam("task", type_=Text))
+    if before:
+        position = tuple_(
+            bindparam("before_started_at", type_=DateTime(timezone=True)),
+            bindparam("before_id", type_=BigInteger),
+        )
+        query = query.where(tuple_(runs.c.started_at, runs.c.id) < position)
+    return query.order_by(*_newest_first).limit(bindparam("limit", type_=Integer))

@@ -1,0 +1,66 @@
+"""The dashboard's indexes: jobs that did not complete by queue and status, and the queue in
+the index of finished jobs.
+
+``ix_jobs_open`` (queue, status, created_at, id), partial on ``status <> 'completed'``: the
+dashboard finds the (queue, status) pairs with a loose index scan, counts each up to a cap and
+lists a page of them newest first, whatever the table's size. A completion writes no entry in
+it (its new row is completed), so the drainer's hot path is unchanged; an enqueue writes one.
+``ix_jobs_finished`` is rebuilt with ``INCLUDE (queue)``, so one queue's completed jobs are
+counted and listed from the index alone. On a large table the upgrade builds both (3.5 s for
+1,000,000 jobs here, with 0005), during which enqueues and completions wait.
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import context, op
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+_FINISHED = sa.text("completed_at IS NOT NULL")
+
+
+def _schema() -> str:
+    # Given by `cronlock migrate`; read at run time (alembic also imports this file to list it).
+    schema: str = context.config.attributes.get("schema", "cronlock")
+    return schema
+
+
+def upgrade() -> None:
+    schema = _schema()
+    op.create_index(
+        "ix_jobs_open",
+        "jobs",
+        ["queue", "status", "created_at", "id"],
+        schema=schema,
+        postgresql_where=sa.text("status <> 'completed'"),
+    )
+    op.drop_index("ix_jobs_finished", table_name="jobs", schema=schema)
+    op.create_index(
+        "ix_jobs_finished",
+        "jobs",
+        ["status", "completed_at", "id"],
+        schema=schema,
+        postgresql_where=_FINISHED,
+        postgresql_include=["queue"],
+    )
+
+
+def downgrade() -> None:
+    schema = _schema()
+    op.drop_index("ix_jobs_finished", table_name="jobs", schema=schema)
+    op.create_index(
+        "ix_jobs_finished",
+        "jobs",
+        ["status", "completed_at", "id"],
+        schema=schema,
+        postgresql_where=_FINISHED,
+    )
+    op.drop_index("ix_jobs_open", table_name="jobs", schema=schema)
