@@ -31,7 +31,8 @@ __all__ = ["serve"]
 )
 @pass_options
 def serve(options: Options, host: str, port: int, public: str | None, insecure_open: bool) -> None:
-    """The HTTP API (POST /jobs, GET /jobs/{id}, /runs, /healthz, /metrics) on uvicorn.
+    """The HTTP API (POST /jobs, GET /jobs/{id}, /runs, /healthz, /metrics) and the
+    dashboard (/dashboard/) on uvicorn.
 
     Every endpoint but /healthz needs $CRONLOCK_API_TOKEN as a bearer token
     ($CRONLOCK_API_READ_TOKEN for all but writes). With neither set, everything is open, and

@@ -30,7 +30,7 @@ from .access import TOKEN_ENV, Access, Guard, GuardedRoute, Surface
 try:
     from fastapi import APIRouter, FastAPI, HTTPException, Path, Query, Request, Security
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
+    from fastapi.responses import JSONResponse, RedirectResponse, Response
     from pydantic import (
         BaseModel,
         ConfigDict,
@@ -43,14 +43,18 @@ try:
     )
 
     from ..observe.prometheus import CONTENT_TYPE, render_metrics, scrape
+    from .dashboard import create_dashboard
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ConfigurationError(
         "the HTTP API needs the 'http' extra: pip install 'cronlock[http]'"
     ) from exc
 
-__all__ = ["create_api", "create_router"]
+__all__ = ["DASHBOARD_PATH", "create_api", "create_router"]
 
 logger = logging.getLogger("cronlock.http")
+
+# Where `cronlock serve` (create_api) mounts the dashboard; / redirects there.
+DASHBOARD_PATH = "/dashboard"
 
 
 class ErrorBody(BaseModel):
@@ -442,9 +446,11 @@ def create_api(
     token: str | None = None,
     read_token: str | None = None,
     public: Iterable[str] | str | None = None,
+    dashboard: bool = True,
 ) -> FastAPI:
     """A FastAPI application serving ``create_router(app, ...)`` (what ``cronlock serve``
-    runs), with one error shape for every 4xx."""
+    runs), with one error shape for every 4xx, and the dashboard at ``/dashboard/``
+    (``dashboard=False``: the API alone)."""
     api = FastAPI(
         title="cronlock",
         summary="Periodic tasks and a job queue that need nothing but PostgreSQL.",
@@ -470,4 +476,12 @@ def create_api(
         )
 
     api.include_router(create_router(app, token=token, read_token=read_token, public=public))
+    if dashboard:
+        pages = create_dashboard(app, token=token, read_token=read_token, public=public)
+        api.include_router(pages, prefix=DASHBOARD_PATH)
+
+        @api.get("/", include_in_schema=False)
+        async def home() -> RedirectResponse:
+            return RedirectResponse(DASHBOARD_PATH + "/", status_code=307)
+
     return api
