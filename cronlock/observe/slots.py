@@ -8,8 +8,8 @@ busy: the task was running, not forgotten; a chunked run's claiming row may also
 running or interrupted), else, with no row at all: ``due`` while it is
 within its grace, ``missed`` once past it (nobody fired it; the scheduler or the task's next
 run records the row), or ``none`` before the task's history begins (it did not exist yet, or
-retention removed those rows). A task this app does not register has no schedule here: its
-picture is the slots its rows name.
+retention removed those rows; leading ones are left out of the picture). A task this app does
+not register has no schedule here: its picture is the slots its rows name.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ class SlotPicture:
     end: datetime
     cells: tuple[Cell, ...]
     truncated: bool  # the window held more than MAX_CELLS slots: the latest are shown
+    history_from: datetime | None = None  # the task's first row, when inside the window
 
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
@@ -139,4 +140,14 @@ async def slot_picture(
             else:
                 cell = Cell(slot, "missed", None, False)
         cells.append(cell)
-    return SlotPicture(start=start, end=now, cells=tuple(cells), truncated=truncated)
+    # Slots before the task's history began are left out (a task declared yesterday would
+    # show a day of them); the picture says where its history starts.
+    while cells and cells[0].outcome == "none":
+        cells.pop(0)
+    return SlotPicture(
+        start=start,
+        end=now,
+        cells=tuple(cells),
+        truncated=truncated,
+        history_from=first_row if first_row is not None and first_row > start else None,
+    )

@@ -33,6 +33,7 @@ class Seeded:
     missed_slot: datetime  # recorded missed
     unrecorded_slot: datetime  # no row at all, past its grace
     failed_run_slot: datetime
+    first_slot: datetime  # every-minute's oldest seeded slot
 
 
 def _minute(moment: datetime) -> datetime:
@@ -196,4 +197,5 @@ async def seed(database: Database, now: datetime) -> Seeded:
         missed_slot=missed_slot,
         unrecorded_slot=unrecorded,
         failed_run_slot=failed_slot,
+        first_slot=slots[0],
     )
