@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 from cli import ROOT, finish, free_port, kill_all, start_cli
-from dashseed import Seeded, seed
+from dashseed import Seeded, beat, seed
 from jobsupport import create_job_tables
 from waiting import wait_for
 
@@ -67,8 +68,32 @@ def seeded(database_url: str) -> Seeded:
     return asyncio.run(_seed(database_url))
 
 
+async def _beat_until(url: str, seeded: Seeded, stop: threading.Event) -> None:
+    database = Database(url)
+    try:
+        while not stop.is_set():
+            await beat(database, seeded)
+            await asyncio.sleep(1)
+    finally:
+        await database.dispose()
+
+
 @pytest.fixture
-def served(database_url: str, seeded: Seeded) -> Iterator[Served]:
+def beating(database_url: str, seeded: Seeded) -> Iterator[None]:
+    """The seeded live drainers of ``emails`` beat every second, as drainers on another host
+    would, in a thread with its own event loop (Playwright's runs in this one)."""
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=lambda: asyncio.run(_beat_until(database_url, seeded, stop)), daemon=True
+    )
+    thread.start()
+    yield
+    stop.set()
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def served(database_url: str, seeded: Seeded, beating: None) -> Iterator[Served]:
     """``cronlock serve`` with a token, and a worker draining the default queue."""
     port = free_port()
     server = start_cli(

@@ -13,7 +13,7 @@ from html import unescape
 
 import httpx
 import pytest
-from dashseed import Seeded, seed
+from dashseed import Seeded, beat, seed
 from fastapi import FastAPI
 from jobsupport import create_job_tables, job_rows
 from testapps import dashboard as dashapp
@@ -81,9 +81,10 @@ def _text(html: str) -> str:
 
 
 async def test_overview_shows_every_task_and_queue(
-    client: httpx.AsyncClient, seeded: Seeded
+    app: App, client: httpx.AsyncClient, seeded: Seeded
 ) -> None:
     await _login(client, READ)
+    await beat(app.database, seeded)
     answer = await client.get("/dashboard/")
     assert answer.status_code == 200, answer.text
     assert answer.headers["content-type"].startswith("text/html")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import func, insert, update
 
 from cronlock import Database
 from cronlock.sql.tables import jobs, queues, runs, workers
@@ -34,6 +34,7 @@ class Seeded:
     unrecorded_slot: datetime  # no row at all, past its grace
     failed_run_slot: datetime
     first_slot: datetime  # every-minute's oldest seeded slot
+    live_drainers: tuple[uuid.UUID, ...]  # the active and the standby row of emails
 
 
 def _minute(moment: datetime) -> datetime:
@@ -171,14 +172,15 @@ async def seed(database: Database, now: datetime) -> Seeded:
         for row in job_rows:
             await conn.execute(insert(jobs).values(**row))
         await conn.execute(insert(queues).values(name="reports", paused_at=now))
-        for state, beat in (
-            ("active", now),
-            ("standby", now),
-            ("active", now - timedelta(minutes=2)),
+        live = [uuid.uuid4(), uuid.uuid4()]
+        for drainer, state, beat in (
+            (live[0], "active", now),
+            (live[1], "standby", now),
+            (uuid.uuid4(), "active", now - timedelta(minutes=2)),
         ):
             await conn.execute(
                 insert(workers).values(
-                    id=uuid.uuid4(),
+                    id=drainer,
                     queue="emails",
                     state=state,
                     host="host-b",
@@ -198,4 +200,16 @@ async def seed(database: Database, now: datetime) -> Seeded:
         unrecorded_slot=unrecorded,
         failed_run_slot=failed_slot,
         first_slot=slots[0],
+        live_drainers=tuple(live),
     )
+
+
+async def beat(database: Database, seeded: Seeded) -> None:
+    """The seeded live drainers' heartbeat, now: they stay live (a row is gone 10 s after its
+    last beat) however long a test takes to look at them."""
+    async with database.engine.begin() as conn:
+        await conn.execute(
+            update(workers)
+            .where(workers.c.id.in_(seeded.live_drainers))
+            .values(heartbeat_at=func.now())
+        )
