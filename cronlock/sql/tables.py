@@ -202,14 +202,14 @@ Index(
     jobs.c.completed_at,
     jobs.c.id,
     postgresql_where=_where(JOB_FINISHED_PREDICATE),
-    # The queue rides along (migration 0008): the dashboard counts and lists one queue's
+    # The queue rides along (migration 0009): the dashboard counts and lists one queue's
     # completed jobs from the index alone; the entry a completion writes anyway is a little
     # wider, and no other index gets one.
     postgresql_include=["queue"],
 )
 
 
-# Jobs that did not complete, by queue and status, newest first (migration 0008): the
+# Jobs that did not complete, by queue and status, newest first (migration 0009): the
 # dashboard finds the (queue, status) pairs with a loose index scan, counts each up to a cap
 # and lists a page of them newest first. Completed jobs, nearly all of the table, are left
 # out, so a job's completion (the drainer's hot path) writes no entry here.
