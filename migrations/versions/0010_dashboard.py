@@ -9,8 +9,8 @@ it (its new row is completed), so the drainer's hot path is unchanged; an enqueu
 counted and listed from the index alone. On a large table the upgrade builds both (3.5 s for
 1,000,000 jobs here, with 0005), during which enqueues and completions wait.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
