@@ -202,14 +202,14 @@ Index(
     jobs.c.completed_at,
     jobs.c.id,
     postgresql_where=_where(JOB_FINISHED_PREDICATE),
-    # The queue rides along (migration 0009): the dashboard counts and lists one queue's
+    # The queue rides along (migration 0010): the dashboard counts and lists one queue's
     # completed jobs from the index alone; the entry a completion writes anyway is a little
     # wider, and no other index gets one.
     postgresql_include=["queue"],
 )
 
 
-# Jobs that did not complete, by queue and status, newest first (migration 0009): the
+# Jobs that did not complete, by queue and status, newest first (migration 0010): the
 # dashboard finds the (queue, status) pairs with a loose index scan, counts each up to a cap
 # and lists a page of them newest first. Completed jobs, nearly all of the table, are left
 # out, so a job's completion (the drainer's hot path) writes no entry here.
@@ -277,7 +277,7 @@ queues = Table(
     CheckConstraint("length(name) BETWEEN 1 AND 200", name="name"),
 )
 
-# One row per running job an operator asked to cancel (migration 0009), written while the job's
+# One row per running job an operator asked to cancel (migration 0008), written while the job's
 # own row is locked by the lane running it (in the transactional commit modes nothing can
 # update that row until the handler ends): the drainers read it for their running jobs, the
 # notification on ``cancel_channel`` tells them at once. No foreign key: checking one would
