@@ -10,9 +10,6 @@ position of its last job in that order.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import uuid
 from datetime import datetime
 
 from .. import sql
@@ -20,29 +17,12 @@ from ..database import Database
 from ..errors import InvalidJobOption
 from ..outcome import JobStatus
 from ..queue.jobs import check_queue
-from ..queue.operate import JobFilter, JobInfo, JobPage
+from ..queue.operate import JobFilter, JobInfo, JobPage, decode_cursor, encode_cursor
 
 __all__ = ["OPEN", "browse_jobs"]
 
 # The dashboard's "status" for every job but a completed one.
 OPEN = ""
-
-
-def _encode(moment: datetime, job_id: uuid.UUID) -> str:
-    raw = f"{moment.isoformat()}|{job_id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode(cursor: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        moment, _, job_id = raw.partition("|")
-        position = datetime.fromisoformat(moment), uuid.UUID(job_id)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidJobOption(f"not a cursor of this list: {cursor[:80]!r}") from None
-    if position[0].tzinfo is None:
-        raise InvalidJobOption(f"not a cursor of this list: {cursor[:80]!r}")
-    return position
 
 
 async def browse_jobs(
@@ -92,7 +72,7 @@ async def browse_jobs(
     if queue is not None:
         params["queue"] = queue
     if cursor is not None:
-        params[key], params["after_id"] = _decode(cursor)
+        params[key], params["after_id"] = decode_cursor(cursor)
     async with database.connect() as conn:
         rows = (await conn.execute(statement, {**params, "limit": limit + 1})).mappings().all()
     found = tuple(JobInfo.from_row(row) for row in rows[:limit])
@@ -101,4 +81,4 @@ async def browse_jobs(
     last = found[-1]
     moment = last.completed_at if completed else last.created_at
     assert moment is not None
-    return JobPage(found, _encode(moment, last.id))
+    return JobPage(found, encode_cursor(moment, last.id))

@@ -56,6 +56,8 @@ __all__ = [
     "change_job",
     "change_jobs",
     "count_jobs",
+    "decode_cursor",
+    "encode_cursor",
     "get_job",
     "job_id_of",
     "list_jobs",
@@ -346,12 +348,15 @@ async def get_job(database: Database, job_id: uuid.UUID | str) -> JobInfo | None
     return None if row is None else JobInfo.from_row(row)
 
 
-def _encode_cursor(job: JobInfo) -> str:
-    raw = f"{job.created_at.isoformat()}|{job.id}".encode()
+def encode_cursor(moment: datetime, job_id: uuid.UUID) -> str:
+    """A keyset position (a time and a job id) as an opaque cursor (``list_jobs`` and the
+    dashboard's lists)."""
+    raw = f"{moment.isoformat()}|{job_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The position an ``encode_cursor`` cursor holds; InvalidJobOption for anything else."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         moment, _, job_id = raw.partition("|")
@@ -372,13 +377,15 @@ async def list_jobs(
         raise InvalidJobOption(f"limit must be between 1 and {MAX_PAGE_SIZE}, not {limit!r}")
     conditions, params = where.where()
     if cursor is not None:
-        params["after_created_at"], params["after_id"] = _decode_cursor(cursor)
+        params["after_created_at"], params["after_id"] = decode_cursor(cursor)
     statement = sql.job_list(conditions, after=cursor is not None)
     async with database.connect() as conn:
         rows = (await conn.execute(statement, {**params, "limit": limit + 1})).mappings().all()
     found = tuple(JobInfo.from_row(row) for row in rows[:limit])
     more = len(rows) > limit
-    return JobPage(found, _encode_cursor(found[-1]) if more and found else None)
+    return JobPage(
+        found, encode_cursor(found[-1].created_at, found[-1].id) if more and found else None
+    )
 
 
 async def count_jobs(database: Database, where: JobFilter, verb: Verb | None = None) -> int:
