@@ -29,6 +29,7 @@ from .errors import (
     UnknownTask,
 )
 from .locks import lock_key, namespace_key
+from .outage import Reconnect
 from .outcome import (
     DrainResult,
     ItemFailure,
@@ -92,6 +93,7 @@ __all__ = [
     "PruneResult",
     "QueueInfo",
     "QueueState",
+    "Reconnect",
     "Retention",
     "Run",
     "RunResult",

@@ -45,6 +45,10 @@ def test_what_a_user_writes_is_public() -> None:
     for serve in (cronlock.serve_worker, cronlock.serve_drain, cronlock.serve_scheduler):
         assert inspect.iscoroutinefunction(serve)
         assert {"stop", "handle_signals"} <= set(inspect.signature(serve).parameters)
+    # A worker rides out a lost database as its Reconnect says (None: it ends).
+    assert inspect.signature(cronlock.serve_worker).parameters["reconnect"].default == (
+        cronlock.Reconnect()
+    )
     assert inspect.iscoroutinefunction(cronlock.App.migrate)
     assert inspect.iscoroutinefunction(cronlock.App.status)
     # The drainer's claimed job is the drainer's: a handler gets (session, payload), asks
