@@ -37,10 +37,12 @@ from typing import Any
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.base import BaseTrigger
 
+from . import pg
 from .app import App
 from .cron import CronSchedule
 from .database import Database
-from .outcome import RunResult, RunTrigger, SkipReason
+from .outage import DEFAULT_RECONNECT, OutageEnd, Reconnect, RideOut, ride_out
+from .outcome import RunResult, RunTrigger, SkipReason, error_line
 from .periodic import Misfire, PeriodicTask, backlog, record_missed, resolve_slot, run_slot
 from .periodic.backlog import BACKLOG_LIMIT
 from .retention import PRUNE_TASK, prune
@@ -144,10 +146,14 @@ class Scheduler:
         tasks: Sequence[str] | None = None,
         shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE,
         catch_up_retry: float = CATCH_UP_RETRY,
+        reconnect: Reconnect | None = DEFAULT_RECONNECT,
     ) -> None:
         """``database`` defaults to the app's; tests give each scheduler its own engine.
         ``catch_up_retry``: seconds before a catch-up that found the lock busy tries again
-        (doubling, at most CATCH_UP_RETRY_CAP)."""
+        (doubling, at most CATCH_UP_RETRY_CAP). ``reconnect``: how a wake that lost the
+        database waits for it (``outage.py``), and when the daemon gives up; ``None``: such a
+        wake fails and is logged, and the drainer beside the scheduler ends (and is made
+        again after ``serve_scheduler``'s restart delay)."""
         self.app = app
         self.database = database if database is not None else app.database
         self.clock = clock
@@ -161,13 +167,37 @@ class Scheduler:
         self._stopping = asyncio.Event()
         self._retrying: set[str] = set()
         self.catch_up_retry = catch_up_retry
+        self.reconnect = reconnect
+        self._outage: asyncio.Future[RideOut] | None = None  # the one wait for the database
+        self.gave_up: str | None = None  # why the daemon stopped on its own, if it did
+        self._gave_up = asyncio.Event()
 
     # -- one wake ------------------------------------------------------------------------
 
     async def wake(self, task: PeriodicTask, *, now: datetime | None = None) -> list[RunResult]:
-        """Handle missed slots by the task's policy, then run the current slot, if any."""
+        """Handle missed slots by the task's policy, then run the current slot, if any.
+
+        Serving, a wake that loses the database leaves its slot unrecorded, waits for the
+        database (one wait for all tasks) and then catches up: the slot is run late or
+        recorded ``missed`` by the task's misfire policy, as after any downtime."""
         now = now or self.clock()
         current = resolve_slot(task, now)
+        try:
+            return await self._wake(task, now, current)
+        except Exception as exc:
+            if self._apscheduler is None or self.reconnect is None:
+                raise
+            if not pg.connection_lost(exc):
+                raise
+            if current is not None and task.name in self._horizon:
+                # Not past a slot whose run never got recorded: the catch-up looks at it.
+                self._horizon[task.name] = min(self._horizon[task.name], current - _TICK)
+            self._spawn(self._after_outage(task, error_line(exc)), f"{task.name} (reconnect)")
+            return []
+
+    async def _wake(
+        self, task: PeriodicTask, now: datetime, current: datetime | None
+    ) -> list[RunResult]:
         results, left_open = await self.catch_up(task, now=now)
         if left_open and self._apscheduler is not None:
             self._retry_catch_up(task)
@@ -183,6 +213,25 @@ class Scheduler:
                 )
             )
         return results
+
+    async def _after_outage(self, task: PeriodicTask, cause: str) -> None:
+        """Wait for the database (one wait for every task), then wake the task again: its
+        slot runs if still within its grace, or is handled by its misfire policy."""
+        assert self.reconnect is not None, "no outage is ridden out without a policy"
+        if self._outage is None or self._outage.done():
+            self._outage = asyncio.ensure_future(
+                ride_out(
+                    self.database, self.reconnect, who="scheduler", cause=cause, stop=self._stopping
+                )
+            )
+        outage = await asyncio.shield(self._outage)
+        if outage.end is OutageEnd.GAVE_UP:
+            if self.gave_up is None:
+                self.gave_up = outage.gave_up_line("scheduler")
+                logger.error(self.gave_up, extra={"action": "scheduler_gave_up"})
+            self._gave_up.set()
+        elif outage.end is OutageEnd.BACK:
+            await self.wake(task)  # should the database go again, the wake waits again
 
     async def catch_up(
         self, task: PeriodicTask, *, now: datetime | None = None
@@ -242,7 +291,13 @@ class Scheduler:
                         await asyncio.wait_for(self._stopping.wait(), delay)
                     if self._stopping.is_set():
                         return
-                    _, left_open = await self.catch_up(task)
+                    try:
+                        _, left_open = await self.catch_up(task)
+                    except Exception as exc:
+                        if not pg.connection_lost(exc):
+                            raise
+                        self._spawn(self._after_outage(task, error_line(exc)), task.name)
+                        return
                     if not left_open:
                         return
                     delay = min(delay * 2, CATCH_UP_RETRY_CAP)
@@ -294,14 +349,18 @@ class Scheduler:
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._inflight.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.error(
-                "%s: wake failed: %s",
-                task.get_name(),
-                task.exception(),
-                exc_info=task.exception(),
-                extra={"action": "wake_failed"},
-            )
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        assert error is not None
+        lost = pg.connection_lost(error)  # one line, no traceback: not a bug of the task
+        logger.error(
+            "%s: wake failed: %s",
+            task.get_name(),
+            error_line(error) if lost else error,
+            exc_info=None if lost else error,
+            extra={"action": "wake_failed"},
+        )
 
     async def _fire(self, name: str) -> None:
         # Returns at once: the run is this scheduler's task, not APScheduler's (see docstring).
@@ -381,7 +440,13 @@ class Scheduler:
         adds the signals and a drainer beside it)."""
         self.start()
         try:
-            await stop.wait()
+            stopped = asyncio.ensure_future(stop.wait())
+            gave_up = asyncio.ensure_future(self._gave_up.wait())
+            try:
+                await asyncio.wait((stopped, gave_up), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+                gave_up.cancel()
         finally:
             await self.stop()
         logger.info("scheduler stopped", extra={"action": "scheduler_stopped"})

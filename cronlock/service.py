@@ -12,11 +12,16 @@ Stopping is graceful. A drainer stops claiming, its jobs in flight get ``grace_p
 seconds to finish and commit, claimed jobs not yet started are handed back; a signal after the
 stop request, or the end of the grace period, aborts it (its jobs in flight roll back and are
 due again). The scheduler stops firing and gives its runs in flight the Scheduler's
-``shutdown_grace``. A drainer served beside the scheduler that ends on its own (it lost its
-database) is started again after ``restart_delay``: in one process the scheduler is its
-supervisor, and the process does not exit for systemd to restart it. One that refused to serve
-its queue beside drainers of the other kind (``DrainerConflict``, see ``queue/shared.py``) is
-logged and not started again; ``serve_worker`` and ``serve_drain`` raise it.
+``shutdown_grace``.
+
+A database restart or outage is ridden out: a worker (and the drainer beside the scheduler)
+that loses its database waits for it with backoff and jitter and stands by again
+(``outage.py``), and gives up only after the ``Reconnect``'s ``give_up_after``. A drainer
+served beside the scheduler that ends on its own all the same is started again after
+``restart_delay``: in one process the scheduler is its supervisor, and the process does not
+exit for systemd to restart it. One that refused to serve its queue beside drainers of the
+other kind (``DrainerConflict``, see ``queue/shared.py``) is logged and not started again;
+``serve_worker`` and ``serve_drain`` raise it.
 
 ``asyncio.run`` is the caller's: the command line's, or the application's own loop.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -32,6 +38,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from .errors import DrainerConflict
+from .outage import DEFAULT_RECONNECT, Reconnect
 from .outcome import DrainResult
 from .queue.drainer import Drainer
 from .scheduler import Scheduler
@@ -126,6 +133,7 @@ async def serve_worker(
     drainer: Drainer,
     *,
     grace_period: float = DEFAULT_GRACE_PERIOD,
+    reconnect: Reconnect | None = DEFAULT_RECONNECT,
     stop: asyncio.Event | None = None,
     handle_signals: bool = False,
     on_signal: OnSignal | None = None,
@@ -133,11 +141,14 @@ async def serve_worker(
     """Run ``drainer`` (``app.drainer(...)``) as a worker until stopped: it stands by while
     another drainer of its queue is active, takes over when that one stops or dies, and
     processes jobs as they come. Returns its result once stopped (the module docstring says
-    how a stop is graceful); ``cronlock worker`` is this. ``on_signal`` is told of each
-    signal handled (the signal; whether it aborts)."""
+    how a stop is graceful); ``cronlock worker`` is this. A database restart or outage is
+    ridden out as ``reconnect`` says (``outage.py``; ``None``: the worker ends, failed).
+    ``on_signal`` is told of each signal handled (the signal; whether it aborts)."""
     shutdown = _Shutdown(stop, on_signal)
     with shutdown.signals(handle_signals):
-        return await _serve(drainer, drainer.work, shutdown, grace_period)
+        return await _serve(
+            drainer, functools.partial(drainer.work, reconnect=reconnect), shutdown, grace_period
+        )
 
 
 async def serve_drain(
@@ -172,31 +183,46 @@ async def serve_scheduler(
 
     With ``drainer`` (a factory: ``app.drainer``, or a ``functools.partial`` of it for other
     options) a worker runs beside the tasks, its jobs in flight getting the same grace as the
-    runs; one that ends on its own is made again after ``restart_delay`` seconds.
+    runs; it rides out a lost database as the scheduler does (its ``reconnect``), and one
+    that ends on its own all the same is made again after ``restart_delay`` seconds. Returns
+    when stopped, or when the scheduler gave up on the database (its ``gave_up`` says why).
     """
     shutdown = _Shutdown(stop)
     with shutdown.signals(handle_signals):
         supervisor = None
         if drainer is not None:
             supervisor = asyncio.create_task(
-                _supervise(drainer, shutdown, scheduler.shutdown_grace, restart_delay)
+                _supervise(
+                    drainer,
+                    shutdown,
+                    scheduler.shutdown_grace,
+                    restart_delay,
+                    scheduler.reconnect,
+                )
             )
         try:
             await scheduler.serve(shutdown.stop)
         finally:
+            shutdown.stop.set()  # the scheduler may have stopped on its own (it gave up)
             if supervisor is not None:
                 await asyncio.gather(supervisor, return_exceptions=True)
 
 
 async def _supervise(
-    make: Callable[[], Drainer], shutdown: _Shutdown, grace_period: float, restart_delay: float
+    make: Callable[[], Drainer],
+    shutdown: _Shutdown,
+    grace_period: float,
+    restart_delay: float,
+    reconnect: Reconnect | None,
 ) -> None:
     # The scheduler's signals do not abort its drainer early: both get the one grace.
     calm = _Shutdown(shutdown.stop)
     while True:
         drainer = make()
         try:
-            result = await _serve(drainer, drainer.work, calm, grace_period)
+            result = await _serve(
+                drainer, functools.partial(drainer.work, reconnect=reconnect), calm, grace_period
+            )
         except DrainerConflict as conflict:
             # Exclusive and shared drainers on one queue: a restart would meet them again.
             logger.error(

@@ -32,6 +32,7 @@ __all__ = [
     "UsageFailure",
     "exit_code",
     "exit_with",
+    "give_up_option",
     "pass_options",
     "run",
 ]
@@ -83,6 +84,14 @@ class Options:
 
 
 pass_options = click.make_pass_decorator(Options)
+
+# ``worker`` and ``scheduler``: how long a lost database is waited for (outage.py).
+give_up_option = click.option(
+    "--give-up-after",
+    type=click.FloatRange(0),
+    help="Seconds without the database (a restart, an outage) after which it exits 1; "
+    "default: it waits for as long as it takes, reconnecting with backoff.",
+)
 
 
 def run(coro_fn: Callable[[], Awaitable[T]], *closing: App | Database) -> T:

@@ -18,6 +18,8 @@ import click
 from .. import schema
 from ..app import App
 from ..errors import InvalidJobOption
+from ..observe.stats import DrainStats
+from ..outage import Reconnect
 from ..outcome import DrainResult, RunStatus
 from ..queue.drainer import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode, Drainer
 from ..queue.jobs import Enqueued
@@ -32,9 +34,11 @@ from .context import (
     UsageFailure,
     exit_code,
     exit_with,
+    give_up_option,
     pass_options,
     run,
 )
+from .startup import StartUp
 
 __all__ = ["drain", "drain_queue", "enqueue", "worker"]
 
@@ -190,6 +194,17 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def _not_started(queue: str, startup: StartUp) -> DrainResult:
+    """The result of a drainer stopped by a signal before it served: nothing claimed."""
+    received = startup.received.name if startup.received else "a signal"
+    return DrainResult(
+        queue=queue,
+        status=RunStatus.SKIPPED,
+        stats=DrainStats().report(),
+        skip_reason=f"stopped by {received} during start-up, before claiming anything",
+    )
+
+
 class _Signals:
     """What ``drain`` and ``worker`` say at each signal (what they wait for, that a second
     signal aborts), and the first signal that came."""
@@ -224,22 +239,29 @@ def drain_queue(
     A drain stopped by a signal says ``interrupted`` and exits 128 + the signal's number (130
     for Ctrl-C, 143 for SIGTERM), as a shell reports a command a signal ended: what it
     committed stays committed, but the queue was not drained."""
-    app = options.load_app()
-    database = options.database(app)
-    signals = _Signals("drain", grace_period)
+    with StartUp().guarded() as startup:
+        app = options.load_app()
+        database = options.database(app)
+        signals = _Signals("drain", grace_period)
 
-    async def go() -> DrainResult:
-        await schema.ensure_ready(database)
-        signals.drainer = make(app)
-        return await serve_drain(
-            signals.drainer,
-            max_seconds=max_seconds,
-            grace_period=grace_period,
-            handle_signals=True,
-            on_signal=signals,
-        )
+        async def start() -> Drainer:
+            await schema.ensure_ready(database)
+            return make(app)
 
-    result = run(go, app)
+        async def go() -> DrainResult:
+            signals.drainer = await startup.run(start())
+            if signals.drainer is None:
+                return _not_started(make(app).queue, startup)
+            return await serve_drain(
+                signals.drainer,
+                max_seconds=max_seconds,
+                grace_period=grace_period,
+                handle_signals=True,
+                on_signal=signals,
+            )
+
+        result = run(go, app)
+    signals.received = signals.received or startup.received
     interrupted = signals.received
     if as_json:
         report = result.to_dict()
@@ -330,6 +352,7 @@ def _metrics_server() -> Any:
     "--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print its stats as one JSON object.")
+@give_up_option
 @pass_options
 def worker(
     options: Options,
@@ -343,38 +366,51 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     as_json: bool,
+    give_up_after: float | None,
 ) -> None:
     """Long-running drainer: stands by while another is active, takes over when it stops or
     dies (with --shared: active beside the queue's other shared drainers at once).
     SIGTERM/SIGINT stop it gracefully; it prints its result line on exit, as drain does
-    (--json: its stats as one JSON object). Exit 2 when exclusive and shared drainers meet on
-    the queue."""
-    app = options.load_app()
-    serve_metrics = _metrics_server() if metrics_port else None
-    database = options.database(app)
-    signals = _Signals("worker", grace_period)
+    (--json: its stats as one JSON object). A database restart or outage is ridden out
+    (reconnecting with backoff; --give-up-after S: exit 1 after S seconds without it). Exit 2
+    when exclusive and shared drainers meet on the queue."""
+    with StartUp().guarded() as startup:
+        app = options.load_app()
+        serve_metrics = _metrics_server() if metrics_port else None
+        database = options.database(app)
+        signals = _Signals("worker", grace_period)
 
-    async def go() -> DrainResult:
-        await schema.ensure_ready(database)
-        if serve_metrics is not None:
-            await serve_metrics(database, metrics_host, metrics_port, app.tasks.values())
-        signals.drainer = app.drainer(
-            queue=queue,
-            commit_mode=commit_mode,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            shared=shared,
-            poll_interval=poll_interval,
-        )
-        logger.info(
-            render.worker_started(signals.drainer, database),
-            extra={"action": "worker_started", "queue": queue},
-        )
-        return await serve_worker(
-            signals.drainer, grace_period=grace_period, handle_signals=True, on_signal=signals
-        )
+        async def start() -> Drainer:
+            await schema.ensure_ready(database)
+            if serve_metrics is not None:
+                await serve_metrics(database, metrics_host, metrics_port, app.tasks.values())
+            drainer = app.drainer(
+                queue=queue,
+                commit_mode=commit_mode,
+                batch_size=batch_size,
+                concurrency=concurrency,
+                shared=shared,
+                poll_interval=poll_interval,
+            )
+            logger.info(
+                render.worker_started(drainer, database),
+                extra={"action": "worker_started", "queue": queue},
+            )
+            return drainer
 
-    result = run(go, app)
+        async def go() -> DrainResult:
+            signals.drainer = await startup.run(start())
+            if signals.drainer is None:
+                return _not_started(queue, startup)
+            return await serve_worker(
+                signals.drainer,
+                grace_period=grace_period,
+                reconnect=Reconnect(give_up_after=give_up_after),
+                handle_signals=True,
+                on_signal=signals,
+            )
+
+        result = run(go, app)
     if as_json:
         click.echo(json.dumps(result.to_dict()))
     else:

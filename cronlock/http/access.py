@@ -32,8 +32,9 @@ from typing import Any, Literal
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import schema
+from .. import pg, schema
 from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable
+from ..outcome import error_line
 
 try:
     from fastapi import HTTPException, Request, Response
@@ -277,10 +278,27 @@ class GuardedRoute(APIRoute):
             except DBAPIError as exc:
                 refusal = _refusal_of_database(exc)
                 if refusal is None:
-                    raise
+                    if not pg.connection_lost(exc):
+                        raise
+                    refusal = _database_lost(exc)
                 return refusal.response()
+            except OSError as exc:  # the driver's connect, refused or reset, unwrapped
+                if not pg.connection_lost(exc):
+                    raise
+                return _database_lost(exc).response()
 
         return guarded
+
+
+def _database_lost(exc: BaseException) -> Refusal:
+    """A request the database's restart or outage cut short: a 503 to retry in a moment
+    (the pool drops its dead connections, so the next request gets a fresh one)."""
+    logger.warning(
+        "the database is unreachable: %s",
+        error_line(exc),
+        extra={"action": "http_database_unavailable"},
+    )
+    return Refusal(503, "the database is unavailable, retry in a moment", {"Retry-After": "1"})
 
 
 def _refusal_of(exc: CronlockError, *, told: bool) -> Refusal:

@@ -45,11 +45,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from .. import sql
+from .. import pg, sql
 from ..database import Database
 from ..observe.stats import DrainStats
 from ..observe.tracehooks import Tracer
-from ..outcome import DrainResult, RunStatus
+from ..outage import OutageEnd, Reconnect, ride_out
+from ..outcome import DrainResult, RunStatus, error_line
 from ..sql.tables import DEFAULT_QUEUE
 from .attempt import Attempts
 from .complete import Completion
@@ -124,8 +125,10 @@ class Drainer:
         self.worker_id = uuid.uuid4()
         self.stats = DrainStats()
         self.state = "standby"
-        self._stopping = asyncio.Event()
+        self._stopping = asyncio.Event()  # this round stops claiming
+        self._requested = asyncio.Event()  # the caller asked: no new round either
         self._aborted = False
+        self._lost_database = False  # this round ended because the database or a lock went
         self._lanes: Lanes | None = None
         self._deadline: float | None = None
         self._attempts = Attempts(handlers, queue=self.queue, clock=clock, rng=rng, tracing=tracing)
@@ -135,6 +138,17 @@ class Drainer:
 
     def stop(self) -> None:
         """Stop claiming; jobs in flight finish, claimed jobs not started are handed back."""
+        self._requested.set()
+        self._halt()
+
+    def abort(self) -> None:
+        """Roll back the jobs in flight (their connections are cut) and stop now."""
+        self._requested.set()
+        self._halt(abort=True)
+
+    def _halt(self, *, abort: bool = False) -> None:
+        """Stop this round of serving (a caller's stop, a lost lock, a failed lane); only a
+        caller's ends ``work`` too, the others let it ride the outage out."""
         if not self._stopping.is_set():
             logger.info(
                 "stopping: no new jobs, waiting for the ones in flight",
@@ -143,11 +157,7 @@ class Drainer:
         self._stopping.set()
         if self._lanes is not None:
             self._lanes.wake()
-
-    def abort(self) -> None:
-        """Roll back the jobs in flight (their connections are cut) and stop now."""
-        self.stop()
-        if self._aborted:
+        if not abort or self._aborted:
             return
         self._aborted = True
         logger.warning(
@@ -175,10 +185,46 @@ class Drainer:
             self._deadline = time.monotonic() + max_seconds
         return await self._run(wait_for_lock=False, until_empty=True)
 
-    async def work(self) -> DrainResult:
-        """Stand by until active, then process jobs as they come, until ``stop()``."""
+    async def work(self, *, reconnect: Reconnect | None = None) -> DrainResult:
+        """Stand by until active, then process jobs as they come, until ``stop()``.
+
+        With ``reconnect``, a drainer that loses its database or its lock does not end: it
+        waits for the database as the policy says (``outage.py``) and stands by again, its
+        stats carried on, until stopped or the policy gives up (a failed result saying so).
+        Without, such a loss ends it with a failed result."""
         self.stats = DrainStats()
-        return await self._run(wait_for_lock=True, until_empty=False)
+        while True:
+            self._lost_database = False
+            try:
+                result = await self._run(wait_for_lock=True, until_empty=False)
+            except Exception as exc:
+                if reconnect is None or self._requested.is_set() or not pg.connection_lost(exc):
+                    raise
+                cause = error_line(exc)
+            else:
+                if reconnect is None or self._requested.is_set() or not self._lost_database:
+                    return result
+                cause = result.error or "the connection closed"
+            outage = await ride_out(
+                self.database,
+                reconnect,
+                who=f"worker {self.queue}",
+                cause=cause,
+                stop=self._requested,
+                rng=self.rng,
+            )
+            if outage.end is OutageEnd.STOPPED:
+                return self._result()
+            if outage.end is OutageEnd.GAVE_UP:
+                return self._result(error=outage.gave_up_line(f"worker {self.queue}"))
+            # A new round: fresh connections, standby until the lock is ours again, and a
+            # new identity (the lease mode's liveness lock: the last round's running jobs
+            # are a lost worker's, returned by the liveness rule, not this one's).
+            self.worker_id = uuid.uuid4()
+            self._stopping = asyncio.Event()
+            self._aborted = False
+            self.state = "standby"
+            self.stats.stopped = None
 
     async def _run(self, *, wait_for_lock: bool, until_empty: bool) -> DrainResult:
         lease = lease_for(
@@ -229,7 +275,7 @@ class Drainer:
                 self._completion,
                 self.stats,
                 self._stopping,
-                self.stop,
+                self._halt,  # a lane that failed or was fenced ends this round
                 queue=self.queue,
                 batch_size=self.batch_size,
                 concurrency=self.concurrency,
@@ -284,10 +330,12 @@ class Drainer:
         try:
             running = lanes.run(until_empty=until_empty)
             if leasing is not None:
-                error = await leasing.run(self.stats, self.stop, running)
+                error = await leasing.run(self.stats, self._lock_lost, running)
             else:
                 error = await running
         finally:
+            if lanes.lost_connection:
+                self._lost_database = True
             cancels.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await cancels
@@ -301,10 +349,9 @@ class Drainer:
     def _lock_lost(self) -> None:
         """The lock connection is gone: the lanes' commits would be fenced (lease.py), so the
         jobs in flight are rolled back now rather than run to a commit that cannot land."""
-        if self.commit_mode is CommitMode.LEASE:
-            self.stop()  # the lease mode fences its completions by owner (leased.py)
-        else:
-            self.abort()
+        self._lost_database = True
+        # The lease mode fences its completions by owner (leased.py): no abort needed.
+        self._halt(abort=self.commit_mode is not CommitMode.LEASE)
 
     def _beat(self) -> tuple[Heartbeat, asyncio.Task[None]]:
         heartbeat = Heartbeat(

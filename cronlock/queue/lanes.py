@@ -126,6 +126,7 @@ class Lanes:
         self._relisten: asyncio.Task[None] | None = None  # reopening a cut LISTEN connection
         self._closing = False
         self._lost_runs: dict[object, int] = {}  # job id -> connections lost running it
+        self.lost_connection = False  # a lane failed because its database went away
         # A traced drainer claims each job's trace context too; the others, what they always did.
         self._traced = attempts.tracing is not None
         claim = sql.JOB_CLAIM_TRACED if self._traced else sql.JOB_CLAIM
@@ -281,6 +282,15 @@ class Lanes:
                 outcome, asyncio.CancelledError
             ):
                 error = error_line(outcome)
+                if pg.connection_lost(outcome):
+                    # No new connection could be had: an outage, not a bug (one line).
+                    self.lost_connection = True
+                    logger.warning(
+                        "a lane has no database: %s",
+                        error,
+                        extra={"action": "lane_failed", "queue": self.queue},
+                    )
+                    continue
                 logger.error(
                     "a lane failed: %s",
                     error,

@@ -17,6 +17,7 @@ from testapps import sched
 from waiting import eventually, wait_for
 
 from cronlock import Database
+from cronlock.outage import Reconnect
 from cronlock.periodic import resolve_slot
 from cronlock.scheduler import Scheduler, ScheduleTrigger, jitter_for
 
@@ -216,10 +217,11 @@ def test_unknown_task_is_one_line_exit_2(database_url: str) -> None:
 async def test_a_wake_that_fails_is_logged_and_the_daemon_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The database goes away: each wake fails and says so; the scheduler keeps serving."""
+    """With no policy to ride outages out, each wake fails and says so; the scheduler keeps
+    serving."""
     unreachable = Database("postgresql://nobody@127.0.0.1:1/nowhere")
     scheduler = Scheduler(
-        sched.create_app(), unreachable, tasks=["tick", "yearly"], shutdown_grace=5
+        sched.create_app(), unreachable, tasks=["tick", "yearly"], shutdown_grace=5, reconnect=None
     )
     stop = asyncio.Event()
     with caplog.at_level("ERROR", logger="cronlock.scheduler"):
@@ -235,3 +237,49 @@ async def test_a_wake_that_fails_is_logged_and_the_daemon_goes_on(
             stop.set()
             await serving
     await unreachable.dispose()
+
+
+async def test_wakes_that_find_no_database_wait_for_it_together(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database is gone: the wakes leave their slots for later and wait for it, one wait
+    (one line per try) for every task; the scheduler keeps serving until stopped."""
+    unreachable = Database("postgresql://nobody@127.0.0.1:1/nowhere")
+    scheduler = Scheduler(
+        sched.create_app(),
+        unreachable,
+        tasks=["tick", "yearly"],
+        shutdown_grace=5,
+        reconnect=Reconnect(first_delay=0.01, max_delay=0.02),
+    )
+    stop = asyncio.Event()
+    with caplog.at_level("INFO"):
+        serving = asyncio.create_task(scheduler.serve(stop))
+
+        async def tried(times: int) -> bool:
+            return caplog.text.count("the database is still unreachable") >= times
+
+        try:
+            await eventually(lambda: tried(5), timeout=30)
+            assert not serving.done()
+        finally:
+            stop.set()
+            await asyncio.wait_for(serving, 30)
+    await unreachable.dispose()
+    assert caplog.text.count("scheduler lost the database") == 1
+    assert "wake failed" not in caplog.text
+    assert scheduler.gave_up is None
+
+
+async def test_the_scheduler_gives_up_after_its_policys_time() -> None:
+    unreachable = Database("postgresql://nobody@127.0.0.1:1/nowhere")
+    scheduler = Scheduler(
+        sched.create_app(),
+        unreachable,
+        tasks=["tick"],
+        reconnect=Reconnect(first_delay=0.01, max_delay=0.02, give_up_after=0.1),
+    )
+    await asyncio.wait_for(scheduler.serve(asyncio.Event()), 30)  # returns on its own
+    await unreachable.dispose()
+    assert scheduler.gave_up is not None
+    assert scheduler.gave_up.startswith("scheduler: gave up after 0 s without the database")

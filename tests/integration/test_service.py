@@ -171,7 +171,11 @@ async def test_serve_scheduler_restarts_a_drainer_that_ends_on_its_own(
     stop = asyncio.Event()
     with caplog.at_level(logging.INFO, logger="cronlock.drainer"):
         serving = asyncio.create_task(
-            serve_scheduler(Scheduler(app), drainer=make, restart_delay=0, stop=stop)
+            # reconnect=None: the drainer ends when it loses its lock (with a policy it rides
+            # the loss out, below), and the scheduler makes it again.
+            serve_scheduler(
+                Scheduler(app, reconnect=None), drainer=make, restart_delay=0, stop=stop
+            )
         )
         await eventually(lambda: _made_and_active(made, 1), timeout=30)
         # The first drainer loses its database (an admin, or a server restart, cut it).
@@ -196,6 +200,44 @@ async def test_serve_scheduler_restarts_a_drainer_that_ends_on_its_own(
     assert [r.levelno for r in stopped] == [logging.WARNING, logging.INFO]
     assert json.loads(stopped[0].getMessage().partition(": ")[2])["status"] == "failed"
     assert await _workers(database) == 0
+
+
+async def test_serve_schedulers_drainer_rides_out_a_lost_lock(
+    served: Served, database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = served.app
+    made: list[Drainer] = []
+
+    def make() -> Drainer:
+        made.append(app.drainer(heartbeat_interval=0.05))
+        return made[-1]
+
+    stop = asyncio.Event()
+    with caplog.at_level(logging.INFO):
+        serving = asyncio.create_task(serve_scheduler(Scheduler(app), drainer=make, stop=stop))
+        await eventually(lambda: _made_and_active(made, 1), timeout=30)
+        async with database.connect() as conn:
+            killed = await conn.scalar(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = 'cronlock-drainer:default' "
+                    "AND datname = current_database()"
+                )
+            )
+        assert killed == 1
+        await eventually(lambda: _said(caplog, "answers again"), timeout=30)
+        await eventually(lambda: _made_and_active(made, 1), timeout=30)
+        await app.enqueue(app.database, "noop", None)  # the same drainer drains again
+        await eventually(lambda: _statuses_are(database, {"completed": 1}), timeout=30)
+        stop.set()
+        await asyncio.wait_for(serving, 30)
+
+    assert len(made) == 1  # ridden out in place: not made again
+    assert await _workers(database) == 0
+
+
+async def _said(caplog: pytest.LogCaptureFixture, words: str) -> bool:
+    return words in caplog.text
 
 
 async def _made_and_active(made: list[Drainer], count: int) -> bool:

@@ -1,0 +1,272 @@
+"""A database restart or outage under a running worker, scheduler and ``serve`` (issue 11,
+point 4): they ride it out and resume; nothing is lost, nothing runs twice, no attempt is
+consumed, and draining resumes within 2 s of the server's return.
+
+The server is a cluster of the test's own (``cluster.py``: initdb on another port, run as
+``nobody``), restarted with ``pg_ctl restart -m fast`` or ``-m immediate``, or stopped for 5 s;
+the machine's server is never touched. The worker is a real ``cronlock worker`` process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from cli import finish, free_port, kill_all, run_cli, start_cli
+from cluster import Cluster, private_cluster
+from jobsupport import create_job_tables
+from sqlalchemy import func, select
+from testapps import jobs as testjobs
+from waiting import eventually, wait_for
+
+import cronlock
+from cronlock import Database, Scheduler
+from cronlock.outage import Reconnect
+from cronlock.sql.tables import jobs, runs
+
+pytestmark = pytest.mark.faults
+
+JOBS = 1_000
+RESUMED_WITHIN = 2.0  # seconds from the server's return to the next completion
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with private_cluster() as started:
+        yield started
+
+
+@pytest_asyncio.fixture
+async def cluster_url(cluster: Cluster) -> AsyncIterator[str]:
+    """A database of this test's own in the cluster, migrated, with the handlers' tables."""
+    name = f"restart_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(cluster.url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    url = cluster.url.rsplit("/", 1)[0] + f"/{name}"
+    migrated = run_cli("migrate", database_url=url)
+    assert migrated.returncode == 0, migrated.stderr
+    database = Database(url)
+    try:
+        await create_job_tables(database)
+    finally:
+        await database.dispose()
+    yield url
+    if not cluster.running():
+        cluster.start()
+    admin = await asyncpg.connect(cluster.url)
+    try:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def _completed(url: str) -> int:
+    """Completed jobs, on a connection of its own (None while the server is away)."""
+    connection = await asyncpg.connect(url)
+    try:
+        count: int = await connection.fetchval(
+            "SELECT count(*) FROM cronlock.jobs WHERE status = 'completed'"
+        )
+        return count
+    finally:
+        await connection.close()
+
+
+async def _resumed_after(url: str, back: float, before: int) -> float:
+    """Seconds from ``back`` (the server's return) to the first completion past ``before``."""
+    deadline = back + 30
+    while time.monotonic() < deadline:
+        with_server = await _completed(url)
+        if with_server > before:
+            return time.monotonic() - back
+        await asyncio.sleep(0.02)
+    raise AssertionError("draining did not resume within 30 s of the server's return")
+
+
+def _fault(cluster: Cluster, fault: str) -> float:
+    """Do the fault; the monotonic time the server accepted connections again."""
+    if fault == "outage":
+        cluster.stop("immediate")
+        stopped = time.monotonic()
+        wait_for(lambda: time.monotonic() - stopped >= 5, timeout=10, interval=0.1)
+        cluster.start()
+    else:
+        cluster.restart(fault)
+    return time.monotonic()
+
+
+@pytest.mark.parametrize("fault", ["fast", "immediate", "outage"])
+@pytest.mark.parametrize("commit_mode", ["strict", "batch", "lease"])
+async def test_a_worker_rides_out_a_restart(
+    cluster: Cluster, cluster_url: str, commit_mode: str, fault: str
+) -> None:
+    database = Database(cluster_url)
+    app = testjobs.create_app()
+    app.use_database(cluster_url)
+    await app.enqueue_many(app.database, "count", [{"n": n} for n in range(JOBS)])
+    await app.aclose()
+    args = ["--app", "testapps.jobs", "worker", "--commit-mode", commit_mode]
+    if commit_mode == "lease":
+        args += ["--batch-size", "20"]
+    worker = start_cli(*args, database_url=cluster_url)
+    try:
+        await eventually(lambda: _above(cluster_url, JOBS // 10), timeout=60)
+        back = _fault(cluster, fault)
+        before = await _completed(cluster_url)
+        resumed = await _resumed_after(cluster_url, back, before)
+        await eventually(lambda: _above(cluster_url, JOBS - 1), timeout=120)
+        assert worker.poll() is None, "the worker exited"
+        worker.send_signal(signal.SIGTERM)
+        code, _, stderr = finish(worker)
+    finally:
+        kill_all(worker)
+
+    print(f"\n{commit_mode}/{fault}: draining resumed {resumed:.2f} s after the server's return")
+    assert code == 0, stderr
+    assert "lost the database" in stderr and "answers again" in stderr
+    assert "Traceback" not in stderr
+    assert resumed <= RESUMED_WITHIN
+    try:
+        async with database.connect() as conn:
+            by_status = select(jobs.c.status, func.count()).group_by(jobs.c.status)
+            statuses: dict[str, int] = dict((await conn.execute(by_status)).all())
+            retries = await conn.scalar(select(func.max(jobs.c.retry_count)))
+            logged = (await conn.execute(select(testjobs.job_log.c.job))).scalars().all()
+            counter = await conn.scalar(select(testjobs.counter.c.n))
+    finally:
+        await database.dispose()
+    assert statuses == {"completed": JOBS}
+    assert retries == 0  # no attempt consumed by the fault
+    assert sorted(map(int, logged)) == list(range(JOBS))  # each job's writes once
+    assert counter == JOBS
+
+
+async def _above(url: str, count: int) -> bool:
+    try:
+        return await _completed(url) > count
+    except (OSError, asyncpg.PostgresError):
+        return False
+
+
+async def test_the_scheduler_runs_a_slot_its_outage_held_back(
+    cluster: Cluster, cluster_url: str
+) -> None:
+    """A wake that finds the database gone leaves its slot unrecorded, waits, and runs it
+    once the server is back (within the slot's grace)."""
+    app = cronlock.App()
+    ran: list[datetime] = []
+
+    @app.periodic("tick", cron="* * * * *")
+    async def tick(run: cronlock.Run) -> None:
+        assert run.slot is not None
+        ran.append(run.slot)
+
+    app.use_database(cluster_url)
+    scheduler = Scheduler(app, reconnect=Reconnect(first_delay=0.05, max_delay=0.5))
+    stop = asyncio.Event()
+    cluster.stop("immediate")
+    serving = asyncio.create_task(scheduler.serve(stop))
+    try:
+        down_at = datetime.now(UTC)
+        await eventually(lambda: _waiting(scheduler), timeout=10)
+        cluster.start()
+        await eventually(lambda: _ran(ran), timeout=10)
+    finally:
+        stop.set()
+        await serving
+        await app.aclose()
+    async with Database(cluster_url).connect() as conn:
+        rows = (await conn.execute(select(runs.c.slot, runs.c.status))).all()
+    assert [status for _, status in rows] == ["completed"]
+    assert ran == [rows[0][0]]
+    assert ran[0] <= down_at
+
+
+async def _waiting(scheduler: Scheduler) -> bool:
+    return scheduler._outage is not None and not scheduler._outage.done()
+
+
+async def _ran(ran: list[datetime]) -> bool:
+    return bool(ran)
+
+
+def test_serve_answers_503_while_the_database_is_away_then_200(
+    cluster: Cluster, cluster_url: str
+) -> None:
+    port = free_port()
+    server = start_cli(
+        "--app", "testapps.jobs", "serve", "--port", str(port),
+        database_url=cluster_url, CRONLOCK_API_TOKEN="t",
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _get(port, "/jobs") == 200, timeout=30, interval=0.05)
+        cluster.stop("immediate")
+        assert _get(port, "/jobs") == 503
+        cluster.start()
+        statuses = [_get(port, "/jobs") for _ in range(3)]
+        assert statuses[-1] == 200
+        assert server.poll() is None
+        server.send_signal(signal.SIGTERM)
+        code, _, stderr = finish(server)
+    finally:
+        kill_all(server)
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
+
+
+def _get(port: int, path: str) -> int:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", headers={"Authorization": "Bearer t"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+
+
+def test_a_worker_gives_up_after_its_time_with_one_line(cluster: Cluster, cluster_url: str) -> None:
+    worker = start_cli(
+        "--app", "testapps.jobs", "worker", "--give-up-after", "1", database_url=cluster_url
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _active_backends(cluster_url) > 0, timeout=30, interval=0.05)
+        cluster.stop("immediate")
+        code, stdout, stderr = finish(worker, timeout=60)
+    finally:
+        kill_all(worker)
+        cluster.start()
+    assert code == 1, stderr
+    assert "error: worker default: gave up after 1 s without the database" in stdout
+    assert "Traceback" not in stderr
+
+
+def _active_backends(url: str) -> int:
+    """The worker's drainer lock is held (it is active)."""
+    return asyncio.run(_holders(url))
+
+
+async def _holders(url: str) -> int:
+    connection = await asyncpg.connect(url)
+    try:
+        count: int = await connection.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        )
+        return count
+    finally:
+        await connection.close()
