@@ -18,12 +18,13 @@ else; ``tests/unit/test_boundary.py`` keeps every other module from reaching pas
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
@@ -54,6 +55,7 @@ __all__ = [
     "LockNotAvailable",
     "QuickConnections",
     "ServerError",
+    "answer_within",
     "connect",
     "connection_lost",
     "driver_of",
@@ -70,6 +72,8 @@ ServerError: type[Exception] = asyncpg.PostgresError
 ClientError: type[Exception] = asyncpg.InterfaceError
 # A lock wait ended by lock_timeout (55P03).
 LockNotAvailable: type[Exception] = asyncpg.LockNotAvailableError
+
+T = TypeVar("T")
 
 _ASYNCPG = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 
@@ -337,6 +341,40 @@ class QuickConnections:
             self._kept -= 1
             with contextlib.suppress(OSError, ClientError, ServerError):
                 await driver.close()
+
+
+async def answer_within(driver: DriverConnection, statement: Awaitable[T], seconds: float) -> T:
+    """``statement`` (a statement on ``driver``) awaited for at most ``seconds``; past that the
+    connection is cut and ``TimeoutError`` raised.
+
+    ``asyncio.wait_for`` would cancel the statement, and asyncpg cancels a statement with a
+    CancelRequest: behind PgBouncer 1.18 a cancel whose socket closes early kills the pooler
+    and every client of it (issue 11, point 5). A connection that does not answer is cut
+    instead: its lock, if it held one, goes with it, which is what a caller that waits for an
+    answer must assume anyway. Cancelled from outside, the statement is let finish (it is a
+    ping, a rollback: short) before the cancellation goes on, so the connection is never left
+    with an operation in progress; one that still does not answer is cut too."""
+    task = asyncio.ensure_future(statement)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        await _finish_or_cut(driver, task, seconds)
+        raise
+    if not done:
+        await _finish_or_cut(driver, task, 0)
+        raise TimeoutError(f"no answer within {seconds:g} s: the connection was cut")
+    return task.result()
+
+
+async def _finish_or_cut(
+    driver: DriverConnection, task: asyncio.Future[Any], seconds: float
+) -> None:
+    if seconds > 0:
+        await asyncio.wait({task}, timeout=seconds)
+    if not task.done():
+        driver.terminate()
+    with contextlib.suppress(BaseException):
+        await task  # it fails now that its socket is closed; its error is not the caller's
 
 
 # -- the savepoint verbs of a run's items (periodic/items.py) ------------------------------

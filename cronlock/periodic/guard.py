@@ -15,8 +15,6 @@ whose guard connection died has lost its lock, and must not commit.
 
 from __future__ import annotations
 
-import asyncio
-
 from .. import pg, sql
 from ..database import Database
 from ..queue.lease import DEFAULT_KEEPALIVE
@@ -83,7 +81,7 @@ class Guard:
         if driver is None or driver.is_closed():
             return False
         try:
-            await asyncio.wait_for(driver.execute(self._ping.sql), PING_TIMEOUT)
+            await pg.answer_within(driver, driver.execute(self._ping.sql), PING_TIMEOUT)
         except Exception:
             # Only an answered ping proves the lock. When the server ends the connection
             # mid-ping, asyncpg can also raise its InternalClientError ("cannot switch to
@@ -100,7 +98,7 @@ class Guard:
             return
         try:
             if transaction is not None:
-                await asyncio.wait_for(transaction.rollback(), PING_TIMEOUT)
-            await asyncio.wait_for(driver.close(), PING_TIMEOUT)
+                await pg.answer_within(driver, transaction.rollback(), PING_TIMEOUT)
+            await pg.answer_within(driver, driver.close(), PING_TIMEOUT)
         except _LOST:
             driver.terminate()

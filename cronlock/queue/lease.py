@@ -140,7 +140,6 @@ class Fence:
 DEFAULT_KEEPALIVE = Keepalive()
 
 # What losing the lock connection looks like from here.
-_LOST = (OSError, TimeoutError, pg.ServerError, pg.ClientError)
 
 
 class Lease:
@@ -308,8 +307,10 @@ class Lease:
             if self._lost.is_set():
                 return self._on_lost("its connection closed", on_lost)
             try:
-                await asyncio.wait_for(self.ping(), self.heartbeat_interval * 3)
-            except _LOST as exc:
+                await pg.answer_within(self.driver, self.ping(), self.heartbeat_interval * 3)
+            except Exception as exc:
+                # Only an answered ping proves the lock: whatever the driver raises instead
+                # (asyncpg's InternalClientError, too, when the socket goes mid-ping).
                 return self._on_lost(f"{type(exc).__name__}: {exc}", on_lost)
 
     def _on_lost(self, why: str, on_lost: Callable[[], None]) -> str:

@@ -58,8 +58,6 @@ DEFAULT_SWEEP_INTERVAL = 0.5
 # handler says otherwise (App.job(max_lost_runs=)).
 DEFAULT_MAX_LOST_RUNS = Handler.max_lost_runs
 
-_LOST = (OSError, TimeoutError, pg.ServerError, pg.ClientError)
-
 
 def owner_key(owner: uuid.UUID) -> int:
     """The bigint advisory lock key of a worker id: its first 8 bytes, signed (what
@@ -122,9 +120,10 @@ class Liveness:
         (this worker's jobs may be handed on) and return what happened. Runs until cancelled."""
         while True:
             await asyncio.sleep(self.heartbeat_interval)
+            assert self._driver is not None, "hold() first"
             try:
-                await asyncio.wait_for(self.ping(), self.heartbeat_interval * 3)
-            except _LOST as exc:
+                await pg.answer_within(self._driver, self.ping(), self.heartbeat_interval * 3)
+            except Exception as exc:  # only an answered ping proves the lock
                 message = f"lost the worker's liveness lock ({type(exc).__name__}: {exc})"
                 logger.error(message, extra={"action": "liveness_lost", "queue": self.queue})
                 on_lost()
