@@ -344,6 +344,10 @@ class Drainer:
                 lost: str | None = await watch
             except asyncio.CancelledError:
                 lost = None
+        if lost is None and lanes.fenced:
+            # A lane's fence saw the lock gone before the watch saw its connection close.
+            self._lost_database = True
+            lost = "lost the drainer lock (a lane's commit was fenced)"
         return lost or error
 
     def _lock_lost(self) -> None:

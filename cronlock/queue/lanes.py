@@ -127,6 +127,7 @@ class Lanes:
         self._closing = False
         self._lost_runs: dict[object, int] = {}  # job id -> connections lost running it
         self.lost_connection = False  # a lane failed because its database went away
+        self.fenced = False  # a lane's commit found the drainer's lock gone
         # A traced drainer claims each job's trace context too; the others, what they always did.
         self._traced = attempts.tracing is not None
         claim = sql.JOB_CLAIM_TRACED if self._traced else sql.JOB_CLAIM
@@ -332,6 +333,7 @@ class Lanes:
                         lane.number,
                         extra={"action": "lane_fenced", "queue": self.queue},
                     )
+                    self.fenced = True
                     self._stop()
                     return
                 except Exception as exc:
