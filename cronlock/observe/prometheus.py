@@ -5,9 +5,16 @@ age of the oldest due job, jobs finished and retries made, the created→complet
 histogram, active and standby drainers, paused and unserved queues, and per periodic task its
 runs by outcome, last success, consecutive failures, how overdue it is (from its schedule at
 scrape time, so it rises while nothing runs at all), and duration and lateness histograms.
-Counters computed from the tables only decrease if rows are deleted (retention's ``prune``);
-Prometheus' ``rate()`` treats that as a counter reset. Names follow Prometheus conventions
-(``cronlock_…_total``, ``_seconds``).
+Names follow Prometheus conventions (``cronlock_…_total``, ``_seconds``).
+
+A scrape must stay cheap however long the history (/metrics may be open to anyone): the
+counters and the latency histogram of finished jobs come from a rollup, ``job_totals``, which
+the scrapes fold forward themselves (``fold``, under a SKIP LOCKED lock of its mark, so two
+scrapes never both fold), plus the few jobs finished above its mark and the jobs still open
+(cronlock/sql/rollups.py says why no completion, even one committed late, is missed or counted
+twice). So pruning no longer lowers the job counters: a job counted stays counted, and
+``cronlock_jobs{status="completed"}`` is the completed jobs ever, like
+``cronlock_jobs_processed_total``; the gauge's other statuses are the rows in the table now.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,6 +33,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import sql
 from ..database import Database
@@ -33,9 +41,14 @@ from ..periodic import PeriodicTask, backlog
 from ..sql.tables import JOB_STATUSES, RUN_STATUSES
 from .serving import is_unserved, live_active
 
-__all__ = ["CONTENT_TYPE", "render_metrics", "scrape", "serve_metrics"]
+__all__ = ["CONTENT_TYPE", "FOLD_LAG", "fold", "render_metrics", "scrape", "serve_metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# How far behind the database's clock the rollup's next mark is chosen: the margin for a
+# completed_at a little older than its transaction's id (a worker's clock behind the
+# database's; the instants between a statement's clock and its first write).
+FOLD_LAG = timedelta(seconds=30)
 
 
 class _Snapshot(Collector):
@@ -71,11 +84,12 @@ async def scrape(
 ) -> list[Metric]:
     """Every cronlock metric, read from ``database`` now; ``periodic``, the app's tasks, gives
     the overdue gauge its schedules (``now``: the clock, unless a test says otherwise)."""
+    await fold(database, now=now)
     now = now or datetime.now(UTC)
     async with database.connect() as conn:
-        counts = (await conn.execute(sql.JOB_COUNTS)).mappings().all()
+        counts = (await conn.execute(sql.JOB_COUNTS_OPEN)).mappings().all()
         due = (await conn.execute(sql.JOB_OLDEST_DUE)).mappings().all()
-        totals = (await conn.execute(sql.JOB_TOTALS)).mappings().all()
+        totals = await _job_totals(conn)
         drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
         tasks = (await conn.execute(sql.RUN_TOTALS)).mappings().all()
         late = await backlog.overdue_by_task(conn, periodic, now)
@@ -87,6 +101,8 @@ async def scrape(
     seen: dict[str, dict[str, int]] = {}
     for row in counts:
         seen.setdefault(row["queue"], {})[row["status"]] = int(row["count"])
+    for total in totals:
+        seen.setdefault(total["queue"], {})["completed"] = int(total["completed"])
     for queue, by_status in sorted(seen.items()):
         for status in JOB_STATUSES:
             jobs.add_metric([queue, status], by_status.get(status, 0))
@@ -126,13 +142,13 @@ async def scrape(
         labels=["queue"],
     )
     latency_rows = []
-    for row in totals:
-        cancelled.add_metric([row["queue"]], int(row["cancelled"]))
-        snoozed.add_metric([row["queue"]], int(row["snoozes"]))
-        processed.add_metric([row["queue"]], int(row["completed"]))
-        failed.add_metric([row["queue"]], int(row["failed"]))
-        retried.add_metric([row["queue"]], int(row["retries"]))
-        latency_rows.append({**row, "count": row["completed"], "sum": row["latency_sum"]})
+    for total in totals:
+        cancelled.add_metric([total["queue"]], int(total["cancelled"]))
+        snoozed.add_metric([total["queue"]], int(total["snoozes"]))
+        processed.add_metric([total["queue"]], int(total["completed"]))
+        failed.add_metric([total["queue"]], int(total["failed"]))
+        retried.add_metric([total["queue"]], int(total["retries"]))
+        latency_rows.append({**total, "count": total["completed"], "sum": total["latency_sum"]})
     latency = _histogram(
         "cronlock_job_latency_seconds",
         "Time from enqueue (created_at) to completion of completed jobs.",
@@ -214,6 +230,68 @@ async def scrape(
         duration,
         lateness,
     ]
+
+
+async def fold(
+    database: Database, *, now: datetime | None = None, lag: timedelta = FOLD_LAG
+) -> datetime | None:
+    """Move the jobs rollup forward (cronlock/sql/rollups.py), in a transaction of its own;
+    its mark after (None: another scrape holds it, and folds). ``now``: the database's clock
+    unless a test says otherwise; ``lag``: how far behind it a new pending point is chosen."""
+    values = {"mark": sql.JOBS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
+    async with database.connect() as conn, conn.begin():
+        mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
+        if mark is None:
+            if (await conn.execute(sql.METRIC_MARK_GET, values)).one_or_none() is None:
+                await conn.execute(sql.METRIC_MARK_CREATE, values)  # none yet: the next folds
+            return None
+        through: datetime = mark.through
+        pending: datetime | None = mark.pending_through
+        if pending is not None and not mark.ready:
+            return through  # a transaction the pending point waits for is still open
+        if pending is not None:
+            await conn.execute(sql.JOB_TOTALS_FOLD, {"after": through, "through": pending})
+            through = pending
+        candidate: datetime = mark.candidate
+        if candidate > through:
+            new = {"new_pending_through": candidate, "new_pending_xids": list(mark.holders)}
+        else:
+            new = {"new_pending_through": None, "new_pending_xids": None}
+        await conn.execute(
+            sql.METRIC_MARK_MOVE, {"mark": sql.JOBS_MARK, "new_through": through, **new}
+        )
+    return through
+
+
+async def _job_totals(conn: AsyncConnection) -> list[dict[str, Any]]:
+    """Per queue, the jobs' counters: the rollup plus the jobs above its mark plus the open
+    jobs, read again in the rare case a fold committed between reading the mark and them."""
+    while True:
+        marked = await conn.execute(sql.METRIC_MARK_GET, {"mark": sql.JOBS_MARK})
+        through = marked.scalar_one_or_none() or _NO_MARK
+        parts = (await conn.execute(sql.JOB_TOTALS_NOW, {"through": through})).mappings().all()
+        if all(part["mark"] in (None, through) for part in parts):
+            return _add_up(parts)
+
+
+# The mark before any fold (the migration's default): every finished job lies above it.
+_NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
+
+_SUMMED = ("completed", "failed", "cancelled", "retries", "snoozes")
+
+
+def _add_up(parts: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
+    """One row per queue from sql.JOB_TOTALS_NOW's parts (rollup, above the mark, open)."""
+    names = [*_SUMMED, *(f"le_{index}" for index in range(len(sql.LATENCY_BUCKETS)))]
+    queues: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        row = queues.setdefault(
+            part["queue"], {"queue": part["queue"], "latency_sum": 0.0, **dict.fromkeys(names, 0)}
+        )
+        for name in names:
+            row[name] += int(part[name])
+        row["latency_sum"] += float(part["latency_sum"])
+    return [queues[queue] for queue in sorted(queues)]
 
 
 def _queue_control(

@@ -32,7 +32,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import TextClause
 
 from ..outcome import (
@@ -43,6 +43,7 @@ from ..outcome import (
     RunTrigger,
     WorkerState,
 )
+from .histograms import LATENCY_BUCKETS
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -63,9 +64,11 @@ __all__ = [
     "cancel_channel",
     "cancel_requests",
     "in_list",
+    "job_totals",
     "jobs",
     "jobs_channel",
     "metadata",
+    "metric_marks",
     "queues",
     "runs",
     "workers",
@@ -343,3 +346,45 @@ Index(
 # The index's predicate, for ON CONFLICT to name it: it must be spelled with constants, since
 # PostgreSQL cannot prove that a predicate with bound parameters implies the index's.
 RUN_CLAIMING_PREDICATE = text(in_list("status", RUN_CLAIMING_STATUSES))
+
+
+# The metrics' rollup of finished jobs (migration 0011): per queue, what /metrics reports for
+# the finished jobs whose completed_at is at or before the jobs mark's ``through``, folded in
+# by the scrapes themselves (observe/prometheus.py); a scrape adds the jobs above the mark,
+# read from ix_jobs_finished, so it reads a few rows whatever the history. Counters, never
+# lowered: pruning or deleting a job counted here leaves it counted. One le_N column per bound
+# of LATENCY_BUCKETS (cumulative counts, as Prometheus has them); the migration names 16.
+job_totals = Table(
+    "job_totals",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("completed", BigInteger, nullable=False, server_default="0"),
+    Column("failed", BigInteger, nullable=False, server_default="0"),
+    Column("cancelled", BigInteger, nullable=False, server_default="0"),
+    Column("retries", BigInteger, nullable=False, server_default="0"),
+    Column("snoozes", BigInteger, nullable=False, server_default="0"),
+    Column("latency_sum", Double, nullable=False, server_default="0"),
+    *[
+        Column(f"le_{index}", BigInteger, nullable=False, server_default="0")
+        for index in range(len(LATENCY_BUCKETS))
+    ],
+)
+
+# How far each rollup has folded (migration 0011): one row per rollup (``jobs``). ``through``:
+# every finished job with completed_at at or before it is in the rollup. ``pending_through`` is
+# the next point the fold may move to, once every transaction of this database that held a
+# transaction id when it was chosen (``pending_xids``, "pid:xid" of pg_stat_activity) has
+# ended: a completion still uncommitted then may carry an earlier completed_at.
+metric_marks = Table(
+    "metric_marks",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column(
+        "through",
+        DateTime(timezone=True),
+        nullable=False,
+        server_default=text("'1970-01-01 00:00:00+00'"),
+    ),
+    Column("pending_through", DateTime(timezone=True)),
+    Column("pending_xids", ARRAY(Text)),
+)
