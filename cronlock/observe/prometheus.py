@@ -241,9 +241,12 @@ async def fold(
     values = {"mark": sql.JOBS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
     async with database.connect() as conn, conn.begin():
         mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
+        if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
+            # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
+            # now, so this fold chooses the first point.
+            await conn.execute(sql.METRIC_MARK_CREATE, values)
+            mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
         if mark is None:
-            if (await conn.execute(sql.METRIC_MARK_GET, values)).one_or_none() is None:
-                await conn.execute(sql.METRIC_MARK_CREATE, values)  # none yet: the next folds
             return None
         through: datetime = mark.through
         pending: datetime | None = mark.pending_through
