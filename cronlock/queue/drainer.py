@@ -291,6 +291,8 @@ class Drainer:
                 await lanes.listen()
             error = await self._run_lanes(lease, lanes, until_empty=until_empty, leasing=leasing)
             self.state = "stopping"
+            if leasing is not None:
+                await leasing.hand_back()  # before the result, which counts them
             await lease.release()  # nothing was written in it: a standby takes over
             return self._result(error=error)
         finally:

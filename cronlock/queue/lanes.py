@@ -150,11 +150,14 @@ class Lanes:
         """Cut the lanes' connections (the server rolls their transactions back) and stop."""
         self._aborted = True
         for lane in self.lanes:
-            self.stats.rolled_back += lane.in_flight
+            self._count_aborted(lane.in_flight)
             if lane.driver is not None:
                 lane.driver.terminate()
         for task in self._tasks:
             task.cancel()
+
+    def _count_aborted(self, in_flight: int) -> None:
+        self.stats.rolled_back += in_flight  # their transactions end with their connections
 
     def _engine(self) -> AsyncEngine:
         # The lanes' own pool, configured like the app's (keepalives on direct connections,

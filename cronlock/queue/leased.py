@@ -113,6 +113,10 @@ class LeasedLanes(Lanes):
     def engine(self) -> AsyncEngine:
         return self._engine()
 
+    def _count_aborted(self, in_flight: int) -> None:
+        """Nothing of this mode rolls back: the claims committed, and the lease mode's close
+        hands the jobs in flight back (counted there, as handed back)."""
+
     # -- the loop -------------------------------------------------------------------------
 
     async def _lane_loop(self, lane: Lane, *, until_empty: bool) -> None:
@@ -555,16 +559,21 @@ class LeaseMode:
             stats.lost_returned += sweeper.returned
         return lost or error
 
+    async def hand_back(self) -> None:
+        """Hand back what this worker still holds (an abort, a failed lane): due again, no
+        attempt charged, counted as handed back. Once: a second call finds nothing."""
+        if self.lanes is None:
+            return
+        with contextlib.suppress(*_CONNECTION_LOST, DBAPIError):
+            async with self.lanes.engine().begin() as conn:
+                returned = await conn.execute(
+                    sql.JOB_LEASE_HAND_BACK, {"worker": self.liveness.owner, "ids": None}
+                )
+                self.lanes.stats.handed_back += len(returned.all())
+
     async def close(self) -> None:
-        """Hand back what this worker still holds (an abort, a failed lane), then let its
-        liveness lock go."""
+        """Hand back what is still held, then let the liveness lock go."""
         try:
-            if self.lanes is not None:
-                with contextlib.suppress(*_CONNECTION_LOST, DBAPIError):
-                    async with self.lanes.engine().begin() as conn:
-                        returned = await conn.execute(
-                            sql.JOB_LEASE_HAND_BACK, {"worker": self.liveness.owner, "ids": None}
-                        )
-                        self.lanes.stats.handed_back += len(returned.all())
+            await self.hand_back()
         finally:
             self.liveness.close()

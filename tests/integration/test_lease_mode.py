@@ -395,3 +395,19 @@ async def test_a_job_longer_than_the_roles_idle_in_transaction_timeout(
     else:
         assert row["status"] != "completed"
         assert await _log(database) == []
+
+
+async def test_an_abort_hands_the_jobs_in_flight_back_counted_once(database: Database) -> None:
+    """Nothing of the lease mode rolls back: a job in flight when the drainer aborts is handed
+    back (due again, its attempt not charged), and counted as that alone."""
+    async with _app(database) as (app, gates):
+        gates["a"] = Gate()
+        job = await _enqueue(app, "held", {"gate": "a"})
+        drainer = app.drainer(commit_mode=LEASE)
+        working = asyncio.create_task(drainer.work())
+        await asyncio.wait_for(gates["a"].reached.wait(), 30)
+        drainer.abort()
+        result = await asyncio.wait_for(working, 30)
+        row = await _row(database, job)
+    assert (result.stats["rolled_back"], result.stats["handed_back"]) == (0, 1)
+    assert (row["status"], row["retry_count"]) == ("pending", 0)
