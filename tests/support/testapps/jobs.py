@@ -88,7 +88,10 @@ async def _hold_or_delay(payload: Any) -> None:
     if hold and payload["n"] == int(os.environ.get("HOLD_AT", "-1")):
         marker = Path(hold)
         if not marker.exists():  # the first worker to get here holds; a successor does not
-            marker.write_text(str(os.getpid()))
+            # Written whole, then renamed: a test polling for the file never reads it empty.
+            partial = marker.with_name(f"{marker.name}.{os.getpid()}")
+            partial.write_text(str(os.getpid()))
+            os.replace(partial, marker)
             await asyncio.Event().wait()
     delay = float(os.environ.get("COUNT_DELAY", "0"))
     if delay:
