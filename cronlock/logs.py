@@ -8,7 +8,10 @@ application that embeds it configures logging the standard way. The command line
 
 - a line has a UTC timestamp, its level and its logger; ``--log-format json`` makes it one
   JSON object with the stable keys above (those a line has), ``ts``, ``level``, ``logger``
-  and ``message``;
+  and ``message``; ``ts`` and ``duration_ms`` are worker-side, the clock of the process that
+  logs (for a job: its handler's start to its commit, as the worker timed it), while the
+  times in cronlock's tables (a job's ``created_at``, ``started_at``, ``completed_at``) are
+  the database's, the one clock all hosts share;
 - the long-running commands (worker, scheduler, serve) say at INFO what they do: their start,
   active or standby, each periodic run; the others only warnings, ``-v`` adds INFO (and the
   line per job, ``cronlock.jobs``), ``-vv`` cronlock's DEBUG;

@@ -6,7 +6,12 @@ Once instrumented, an app makes a span
   trace context every job it writes carries in ``jobs.trace_context``;
 - for each attempt of a job (``job <job_type>``, kind CONSUMER), the child of the span that
   enqueued it, so one trace goes from the request that enqueued the job, across the queue, to
-  every attempt; a failed attempt's span has status ERROR and the error;
+  every attempt; a failed attempt's span has status ERROR and the error. A span's start and
+  end are the worker's clock, as every span's are (worker-side: across hosts the wait from
+  the enqueue's span to an attempt's has the hosts' clock skew in it); the job's own times on
+  the database's clock, the one all hosts share, are its attributes
+  ``cronlock.enqueued_at`` (``created_at``) and ``cronlock.claimed_at`` (the claim, the row's
+  ``started_at``), ISO 8601;
 - for each periodic run (``run <task>``), with its slot, trigger, outcome, items and run id,
   and its items as events: ``item failed`` (with the error) for every failed item, ``item``
   for the first ``ITEM_EVENTS_OK`` (50) that succeeded (a span keeps 128 events by default).
@@ -89,6 +94,9 @@ class Tracing:
                 "cronlock.job_type": job.job_type,
                 "cronlock.queue": queue,
                 "cronlock.attempt": attempt,
+                # The database's clock (a span's own times are the worker's).
+                "cronlock.enqueued_at": job.created_at.isoformat(),
+                "cronlock.claimed_at": job.claimed_at.isoformat(),
             },
             record_exception=True,
             set_status_on_exception=True,

@@ -8,11 +8,13 @@ committed on its own: ``App.enqueue(app.database, …)`` (one INSERT on a pooled
 is on the installed cronlock, every method raises ``Unsupported`` and the harness records the
 queue's figures as missing.
 
-Timestamps: the drainer writes ``started_at`` and ``completed_at`` from the worker's clock
-(same host as the database here), in the transaction that completes the job. It commits no
-claim, so ``started_at`` is when the handler began, not when the row was claimed: the
-database's per-job figure is the handler's time, and the reference's p95 (started ->
-committed) is taken from the drainer's own report instead (``reported_p95_ms``).
+Timestamps: ``started_at`` and ``completed_at`` are the database's clock, written in the
+transaction that completes the job: ``started_at`` is its claim's (the claiming transaction's
+``now()``; in batch mode the same for the batch), ``completed_at`` the outcome statement's
+``clock_timestamp()``, just before the commit. The strict and batch modes commit no claim, so
+the database's per-job figure is claim -> outcome (in batch mode the whole batch's), and the
+reference's p95 (started -> committed) is taken from the drainer's own report instead
+(``reported_p95_ms``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Jobs in, completions out: one-at-a-time enqueues at a steady rate, and completion times
-read back from the database (the worker writes them, on this host's clock)."""
+read back from the database (the database's clock writes them, whichever host the worker is on)."""
 
 from __future__ import annotations
 

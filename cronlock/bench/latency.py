@@ -1,7 +1,8 @@
 """Latency: an idle ``cronlock worker`` process; jobs enqueued one at a time at a steady rate.
 
-A job's latency is its ``completed_at`` in the database minus the client's clock read just
-before its enqueue began (worker and client on this host, one clock).
+A job's latency is its ``completed_at`` (the database's clock, at its outcome's statement)
+minus the client's clock read just before its enqueue began (client and database on this
+host here, one clock).
 """
 
 from __future__ import annotations

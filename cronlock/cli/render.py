@@ -575,8 +575,8 @@ def job_lines(job: JobInfo) -> list[str]:
         f"  retries     {job.retry_count} of {job.max_retries}",
         f"  created     {job.created_at.isoformat()}",
         f"  due         {job.run_at.isoformat()}",
-        f"  started     {_iso(job.started_at)}",
-        f"  finished    {_iso(job.completed_at)}",
+        f"  started     {_iso(job.started_at)}",  # the claim, the database's clock
+        f"  finished    {_iso(job.completed_at)}",  # its outcome's statement, the same clock
         f"  dedup key   {job.dedup_key or 'none'}",
         f"  payload     {json.dumps(job.payload)}",
         f"  result      {json.dumps(job.result)}",

@@ -151,7 +151,8 @@ async def scrape(
         latency_rows.append({**total, "count": total["completed"], "sum": total["latency_sum"]})
     latency = _histogram(
         "cronlock_job_latency_seconds",
-        "Time from enqueue (created_at) to completion of completed jobs.",
+        "Time from enqueue (created_at) to completion (completed_at) of completed jobs, both "
+        "on the database's clock.",
         "queue",
         latency_rows,
     )

@@ -147,11 +147,13 @@ class DrainStats:
             "error_rate": round((self.failed + self.retried) / self.attempts, 4)
             if self.attempts
             else 0.0,
-            # started -> completed (committed), as the reference measured it
+            # started -> completed (committed), as the reference measured it: a duration on
+            # this worker's monotonic clock (worker-side, no clock skew in it)
             "avg_latency_ms": run_time["avg"],
             "p50_latency_ms": run_time["p50"],
             "p95_latency_ms": run_time["p95"],
             "p99_latency_ms": run_time["p99"],
-            # created -> completed: what the job's enqueuer waited
+            # created -> completed: what the job's enqueuer waited (created -> claimed on the
+            # database's clock, then claimed -> committed on this worker's monotonic clock)
             "end_to_end_latency_ms": self.end_to_end.summary_ms(),
         }

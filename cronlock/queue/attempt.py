@@ -111,7 +111,8 @@ class Attempts:
         self, conn: AsyncConnection, slot: SessionSlot, job: Job, scope: Scope
     ) -> Attempt:
         handler = self.handlers.get(job.job_type)
-        # The clock as an integer (µs), read twice per job: cheaper to read and to send.
+        # The worker's clock as an integer (µs), what a failure's error entry and its retry's
+        # due time are reckoned from (the row's started_at/completed_at are the database's).
         clock = self.clock
         started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
         if scope.requested:  # an operator's cancel came before the attempt
@@ -176,10 +177,10 @@ class Attempts:
             return self.ended(job, error, started, handler, scope)
         finally:
             running.reset(context)
-        finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
         if directed is not None:
+            finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
             return self.directed(job, directed, started, finished)
-        return Success(job, result, started, finished)
+        return Success(job, result)
 
     def ended(
         self, job: Job, error: str, started: int, handler: Handler | None, scope: Scope

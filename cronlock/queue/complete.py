@@ -11,6 +11,14 @@ or not at all: ``JOB_COMPLETE_ONE`` for a lone success (strict mode), ``JOB_COMP
 for a batch of successes, ``JOB_FINISH_MANY`` for a batch with a failure in it. A failure
 whose transaction is gone is written on its own (``Completion.record_lost``). Outcomes count
 in the drainer's stats once committed (``count``).
+
+One clock. The row's ``started_at`` and ``completed_at`` are the database's: the claim's time
+(``Job.claimed_at``) and the outcome statement's, as ``created_at`` is, so that across hosts
+no worker's clock skew is in them or in what is read from them (``cronlock_job_latency_seconds``,
+``jobs show``, the API, the dashboard). What the worker still measures itself is named so:
+an outcome's ``worker_started_at``/``worker_finished_at`` (its clock around the handler, what
+the error history's entries and a retry's due time are reckoned from) and the line per job's
+duration (its monotonic clock, from the handler's start to the commit).
 """
 
 from __future__ import annotations
@@ -53,14 +61,12 @@ jobs_logger = logging.getLogger(JOBS_LOGGER)
 
 
 class Success(NamedTuple):
-    """A successful attempt: its job, its result as JSON text, and when it started and
-    finished in microseconds since the Unix epoch, as JOB_COMPLETE_MANY takes them (a small
-    tuple, built once per job on the hot path)."""
+    """A successful attempt: its job and its result as JSON text (a small tuple, built once
+    per job on the hot path). Its times are the database's, written by the outcome
+    statement; the worker sends none."""
 
     job: Job
     result: str | None
-    started: int
-    finished: int
 
 
 @dataclass(frozen=True)
@@ -70,15 +76,11 @@ class Failure:
     job: Job
     status: JobStatus  # RETRYING or FAILED
     retry_count: int
-    started_at: datetime
-    finished_at: datetime
+    worker_started_at: datetime  # the worker's clock, around its handler
+    worker_finished_at: datetime
     error: str
     error_entry: str
     run_at: datetime | None = None
-
-    @property
-    def completed_at(self) -> datetime | None:
-        return None if self.status is JobStatus.RETRYING else self.finished_at
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,8 @@ class Cancelled:
     """An attempt that ended its job ``cancelled``, never retried: ``error`` says why."""
 
     job: Job
-    started_at: datetime
-    finished_at: datetime
+    worker_started_at: datetime  # the worker's clock, around its handler
+    worker_finished_at: datetime
     error: str
     error_entry: str
 
@@ -98,8 +100,8 @@ class Snoozed:
     retry count and status stay (``retrying`` once it has retried, else ``pending``)."""
 
     job: Job
-    started_at: datetime
-    finished_at: datetime
+    worker_started_at: datetime  # the worker's clock, around its handler
+    worker_finished_at: datetime
     run_at: datetime
     error_entry: str
 
@@ -190,38 +192,37 @@ class Completion:
         self._many = AsyncpgStatement.of(sql.JOB_COMPLETE_MANY, schema)
         self._finish = AsyncpgStatement.of(sql.JOB_FINISH_MANY, schema)
 
-    async def write(self, driver: DriverConnection, outcomes: list[Attempt]) -> None:
-        """Write a batch's outcomes with one statement: the narrow ones when all succeeded."""
+    async def write(
+        self, driver: DriverConnection, outcomes: list[Attempt], now: datetime | None = None
+    ) -> None:
+        """Write a batch's outcomes with one statement: the narrow ones when all succeeded.
+        ``now`` is a test clock's reading (None: the database's clock writes the times)."""
         if len(outcomes) == 1:
             (success,) = outcomes
             if isinstance(success, Success):
-                args = self._one.args(
-                    id=success.job.id,
-                    result=success.result,
-                    started_at=datetime_of(success.started),
-                    completed_at=datetime_of(success.finished),
-                )
+                args = self._one.args(id=success.job.id, result=success.result, now=now)
                 await driver.execute(self._one.sql, *args)
                 return
         successes = [o for o in outcomes if isinstance(o, Success)]
         if len(successes) < len(outcomes):
-            await driver.execute(self._finish.sql, *self._finish.args(**_finish_columns(outcomes)))
+            columns = _finish_columns(outcomes)
+            await driver.execute(self._finish.sql, *self._finish.args(now=now, **columns))
         else:
             columns = {
                 "ids": [s.job.id for s in successes],
                 "results": [s.result for s in successes],
-                "started_ats": [s.started for s in successes],
-                "completed_ats": [s.finished for s in successes],
             }
-            await driver.execute(self._many.sql, *self._many.args(**columns))
+            await driver.execute(self._many.sql, *self._many.args(now=now, **columns))
 
-    async def record_lost(self, engine: AsyncEngine, failure: Failure | Cancelled) -> bool:
+    async def record_lost(
+        self, engine: AsyncEngine, failure: Failure | Cancelled, now: datetime | None = None
+    ) -> bool:
         """Record a failed attempt whose transaction is gone, on a connection of its own
         (JOB_FINISH_MANY's status guard keeps it from overwriting a newer outcome); False,
-        logged, when that fails too."""
+        logged, when that fails too. Its started_at is still its claim's (``Job.claimed_at``)."""
         try:
             async with engine.begin() as conn:
-                await conn.execute(sql.JOB_FINISH_MANY, _finish_columns([failure]))
+                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **_finish_columns([failure])})
         except (OSError, DBAPIError, InterfaceError) as exc:
             logger.error(
                 "could not record the failure of job %s: %s",
@@ -242,16 +243,15 @@ _FINISH_COLUMNS = (
     "error_entries",
     "results",
     "started_ats",
-    "completed_ats",
 )
 
 
 def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
     """One outcome as a row of JOB_FINISH_MANY's arrays (a success keeps its retry count,
-    run_at and errors: JOB_FINISH_MANY leaves NULLs as they are)."""
+    run_at and errors: JOB_FINISH_MANY leaves NULLs as they are). The started_at sent is the
+    claim's, on the database's clock; the statement writes completed_at itself."""
+    job = outcome.job
     if isinstance(outcome, Success):
-        job = outcome.job
-        started, finished = datetime_of(outcome.started), datetime_of(outcome.finished)
         return (
             job.id,
             JobStatus.COMPLETED.value,
@@ -260,8 +260,7 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
             None,
             None,
             outcome.result,
-            started,
-            finished,
+            job.claimed_at,
         )
     if isinstance(outcome, Cancelled):
         return (
@@ -272,8 +271,7 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
             outcome.error,
             outcome.error_entry,
             None,
-            outcome.started_at,
-            outcome.finished_at,
+            job.claimed_at,
         )
     if isinstance(outcome, Snoozed):
         return (
@@ -284,8 +282,7 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
             None,
             outcome.error_entry,
             None,
-            outcome.started_at,
-            None,
+            job.claimed_at,
         )
     return (
         outcome.job.id,
@@ -295,8 +292,7 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
         outcome.error,
         outcome.error_entry,
         None,
-        outcome.started_at,
-        outcome.completed_at,
+        job.claimed_at,
     )
 
 
@@ -312,13 +308,18 @@ def count(
     begun: list[float] | None = None,
     *,
     queue: str | None = None,
+    claimed: float | None = None,
 ) -> None:
     """Count committed outcomes (called after the commit): a job's latency ends when its
     completion is committed (in batch mode, with its batch). ``begun`` holds each job's
-    ``perf_counter`` at its start; each histogram takes the batch's latencies in one call.
+    ``perf_counter`` at its start, ``claimed`` the ``perf_counter`` just before its claim
+    began; each histogram takes the batch's latencies in one call. The end-to-end latency is
+    created -> claimed on the database's clock (both its times) plus claimed -> committed on
+    this worker's monotonic clock (a duration): no clock skew between the two hosts is in it,
+    as there was when the worker's wall clock was subtracted from the server's created_at.
     With ``cronlock.jobs`` at INFO (``-v``), a line per job; otherwise one level check per
     batch is all it costs."""
-    now, clock = datetime.now(UTC), time.perf_counter()
+    clock = time.perf_counter()
     if jobs_logger.isEnabledFor(logging.INFO):
         _log_jobs(outcomes, begun, clock, queue)
     run_times: list[float] = []
@@ -338,38 +339,43 @@ def count(
         stats.processed += 1
         if begun is not None:
             run_times.append(clock - begun[i])
-        created = outcome.job.created_at
-        if created is not None:
-            waits.append((now - created).total_seconds())
+        since = claimed if claimed is not None else begun[i] if begun is not None else None
+        if since is not None:
+            job = outcome.job
+            waits.append((job.claimed_at - job.created_at).total_seconds() + clock - since)
     stats.run_time.record_many(run_times)
     stats.end_to_end.record_many(waits)
+
+
+def _worker_ms(outcome: Failure | Cancelled | Snoozed) -> float:
+    """How long the attempt took by the worker's wall clock, in milliseconds."""
+    return (outcome.worker_finished_at - outcome.worker_started_at).total_seconds() * 1000
 
 
 def _log_jobs(
     outcomes: list[Attempt], begun: list[float] | None, clock: float, queue: str | None
 ) -> None:
-    """The line per committed attempt: job, type, queue, attempt, outcome, duration."""
+    """The line per committed attempt: job, type, queue, attempt, outcome, duration. The
+    duration is the worker's own measure (its monotonic clock from the handler's start to the
+    commit, or its wall clock around the handler for an outcome that carries those), and the
+    line says so; the database's times of the job are in its row."""
     for i, outcome in enumerate(outcomes):
         job = outcome.job
         if isinstance(outcome, Failure | Cancelled):
             status, attempt = JobStatus.CANCELLED.value, job.retry_count + 1
             if isinstance(outcome, Failure):
                 status = outcome.status.value
-            elapsed = (outcome.finished_at - outcome.started_at).total_seconds() * 1000
+            elapsed = _worker_ms(outcome)
             detail = f": {outcome.error}"
         elif isinstance(outcome, Snoozed):
             status, attempt = "snoozed", job.retry_count + 1
-            elapsed = (outcome.finished_at - outcome.started_at).total_seconds() * 1000
-            detail = f" until {outcome.run_at.isoformat()}"
+            elapsed = _worker_ms(outcome)
+            detail = f" until {outcome.run_at.isoformat()} (the worker's clock)"
         else:
             status, attempt, detail = JobStatus.COMPLETED.value, job.retry_count + 1, ""
-            elapsed = (
-                (clock - begun[i]) * 1000
-                if begun is not None
-                else (outcome.finished - outcome.started) / 1000
-            )
+            elapsed = (clock - begun[i]) * 1000 if begun is not None else 0.0
         jobs_logger.info(
-            "job %s %s (queue %s, attempt %d): %s in %.1f ms%s",
+            "job %s %s (queue %s, attempt %d): %s in %.1f ms (worker-side)%s",
             job.id,
             job.job_type,
             queue,

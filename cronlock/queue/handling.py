@@ -90,7 +90,7 @@ class JobContext:
     queue: str
     attempt: int  # 1 for the first attempt; retries made + 1 (a snooze does not count)
     max_retries: int  # at most this many retries: max_retries + 1 attempts
-    enqueued_at: datetime  # the job's created_at
+    enqueued_at: datetime  # the job's created_at, the database's clock
     _scope: Requested | None = field(default=None, init=False, repr=False, compare=False)
 
     @property

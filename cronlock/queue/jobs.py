@@ -147,7 +147,8 @@ class JobType:
 
 @dataclass(frozen=True)
 class Job:
-    """A claimed job, as the drainer sees it."""
+    """A claimed job, as the drainer sees it. Its times are the database's clock: when it was
+    enqueued and when the claim that handed it to this worker ran."""
 
     id: uuid.UUID
     job_type: str
@@ -155,6 +156,7 @@ class Job:
     retry_count: int
     max_retries: int
     created_at: datetime
+    claimed_at: datetime  # the database's clock at the claim: the row's started_at
     trace_context: str | None = None  # the enqueuing span's, claimed by a traced drainer only
 
 

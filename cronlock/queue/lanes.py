@@ -79,6 +79,8 @@ class Lane:
     session: AsyncSession | None = None
     # After a claim that found nothing: seconds until the next job comes due (None: none).
     next_due: float | None = None
+    # The worker's monotonic clock just before this lane's last claim (the lease mode's).
+    claimed_clock: float = 0.0
 
 
 # A claimed payload is jsonb's text output: one JSON value, no whitespace around it, which
@@ -326,7 +328,7 @@ class Lanes:
                     # fresh one, throw this one away, and carry on with a new one.
                     await conn.invalidate()
                     (failure,) = lost.args
-                    if await self.completion.record_lost(self._engine(), failure):
+                    if await self.completion.record_lost(self._engine(), failure, self._db_now()):
                         count(self.stats, [failure], queue=self.queue)
                 except LockLost:
                     # Fenced: the drainer lost its lock, a standby may be active by now. The
@@ -375,7 +377,7 @@ class Lanes:
             time.time_ns() // 1000,
             self.attempts.handlers.get(job.job_type),
         )
-        if await self.completion.record_lost(self._engine(), failure):
+        if await self.completion.record_lost(self._engine(), failure, self._db_now()):
             count(self.stats, [failure], queue=self.queue)
 
     @staticmethod
@@ -405,7 +407,11 @@ class Lanes:
         there is nested in ours, which asyncpg turns into a SAVEPOINT (attempt.py).
         """
         outcomes: list[Attempt] = []
-        begun: list[float] = []  # when each job started, for its started -> committed latency
+        # When each job started on this worker's monotonic clock: its handler's run time (a
+        # duration, so no clock skew is in it), and with the claim's database time the job's
+        # created -> committed latency (complete.count).
+        begun: list[float] = []
+        claimed_clock = time.perf_counter()  # the claim's now() is its transaction's start
         transaction = driver.transaction()
         await transaction.start()
         try:
@@ -420,13 +426,13 @@ class Lanes:
                 lane.next_due = None if seconds is None else float(seconds)
             if self._traced:
                 claimed = [
-                    Job(id, job_type, _decode(payload)[0], retries, max_retries, created, trace)
-                    for id, job_type, payload, retries, max_retries, created, trace in rows
+                    Job(id, kind, _decode(payload)[0], retries, most, created, at, trace)
+                    for id, kind, payload, retries, most, created, at, trace in rows
                 ]
             else:
                 claimed = [
-                    Job(id, job_type, _decode(payload)[0], retry_count, max_retries, created_at)
-                    for id, job_type, payload, retry_count, max_retries, created_at in rows
+                    Job(id, kind, _decode(payload)[0], retries, most, created, at)
+                    for id, kind, payload, retries, most, created, at in rows
                 ]
             # Looked up once per batch, not per job.
             stopping, perf_counter = self._stopping.is_set, time.perf_counter
@@ -441,7 +447,7 @@ class Lanes:
                 lane.in_flight = 0
                 outcomes.append(outcome)
             if outcomes:
-                await self.completion.write(driver, outcomes)
+                await self.completion.write(driver, outcomes, self._db_now())
                 if self.fence is not None and not await self.fence.holds(driver):
                     raise LockLost
         except BaseException as exc:
@@ -463,5 +469,5 @@ class Lanes:
                 for outcome in outcomes:
                     self._lost_runs.pop(outcome.job.id, None)
         self.stats.handed_back += len(claimed) - len(outcomes)
-        count(self.stats, outcomes, begun, queue=self.queue)
+        count(self.stats, outcomes, begun, queue=self.queue, claimed=claimed_clock)
         return len(claimed)

@@ -156,6 +156,7 @@ class LeasedLanes(Lanes):
         """Claim (committed), run, and complete one batch; the number of jobs claimed."""
         held = self._held[lane.number].attempts
         now = self._db_now()
+        lane.claimed_clock = time.perf_counter()  # just before the claim: see complete.count
         rows = await driver.fetch(
             self._lease_claim.sql,
             *self._lease_claim.args(
@@ -170,10 +171,8 @@ class LeasedLanes(Lanes):
         if len(rows) > 1:  # UPDATE … RETURNING keeps no order: the claim's is priority, due
             rows = sorted(rows, key=lambda r: (-r[7], r[8]))
         claimed: list[Job] = []
-        for id, job_type, payload, retry_count, max_retries, created_at, attempt, _, _ in rows:
-            claimed.append(
-                Job(id, job_type, _decode(payload)[0], retry_count, max_retries, created_at)
-            )
+        for id, kind, payload, retries, most, created, attempt, _, _, started_at in rows:
+            claimed.append(Job(id, kind, _decode(payload)[0], retries, most, created, started_at))
             held[id] = attempt
         batched: list[Attempt] = []
         begun: list[float] = []
@@ -200,7 +199,7 @@ class LeasedLanes(Lanes):
             for job_id in not_started:
                 held.pop(job_id, None)
         if batched:
-            await self._write(driver, batched, begun, held)
+            await self._write(driver, batched, begun, held, lane.claimed_clock)
         return len(claimed)
 
     # -- one attempt ----------------------------------------------------------------------
@@ -280,18 +279,19 @@ class LeasedLanes(Lanes):
             return attempts.ended(job, _describe(exc, handler), started, handler, scope)
         finally:
             self.running.pop(job.id, None)
-        finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
-        outcome: Attempt = (
-            Success(job, result, started, finished)
-            if directed is None
-            else attempts.directed(job, directed, started, finished)
-        )
+        if directed is None:
+            outcome: Attempt = Success(job, result)
+        else:
+            finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+            outcome = attempts.directed(job, directed, started, finished)
         sync = cast(LeaseSession, session.sync_session)
         if not sync.in_transaction() and not session_has_pending(sync):
             if session_untouched(sync):
                 lane.session = session
             return outcome
-        await self._complete_in_session(session, driver, outcome, attempt, begun)
+        await self._complete_in_session(
+            session, driver, outcome, attempt, begun, lane.claimed_clock
+        )
         return None
 
     async def _complete_in_session(
@@ -301,6 +301,7 @@ class LeasedLanes(Lanes):
         success: Attempt,
         attempt: int,
         began: float,
+        claimed: float,
     ) -> None:
         """The handler's writes and the completion (its result, or the JobCancel/JobSnooze
         it returned), last, in one transaction: both or none."""
@@ -339,16 +340,20 @@ class LeasedLanes(Lanes):
             with contextlib.suppress(Exception):
                 await session.rollback()
             handler = self.attempts.handlers[success.job.job_type]
-            started = (
-                success.started if isinstance(success, Success) else micros_of(success.started_at)
-            )
+            if isinstance(success, Success):
+                # A success keeps no worker time: its failure is reckoned from the worker's
+                # clock now (only the log's worker-side duration is shorter for it).
+                clock = self.clock
+                started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+            else:
+                started = micros_of(success.worker_started_at)
             failure = self.attempts.failed(success.job, _describe(exc, handler), started, handler)
-            await self._write(driver, [failure], [began], held)
+            await self._write(driver, [failure], [began], held, claimed)
             return
         if held is not None:
             held.pop(success.job.id, None)
         if applied:
-            count(self.stats, [success], [began], queue=self.queue)
+            count(self.stats, [success], [began], queue=self.queue, claimed=claimed)
         else:
             await self._record_fenced(success.job, attempt)
 
@@ -376,9 +381,10 @@ class LeasedLanes(Lanes):
         outcomes: list[Attempt],
         begun: list[float],
         held: dict[uuid.UUID, int] | None,
+        claimed: float,
     ) -> None:
         """Write a batch's outcomes (fenced) in one statement; count what was applied and
-        record what was fenced."""
+        record what was fenced. ``claimed``: the worker's monotonic clock at their claim."""
         attempts = {o.job.id: (held or {}).get(o.job.id, 0) for o in outcomes}
         now = self._db_now()
         if all(isinstance(o, Success) for o in outcomes):
@@ -396,7 +402,8 @@ class LeasedLanes(Lanes):
         rows = await driver.fetch(statement.sql, *args)
         applied = {row[0] for row in rows}
         kept = [(o, b) for o, b in zip(outcomes, begun, strict=True) if o.job.id in applied]
-        count(self.stats, [o for o, _ in kept], [b for _, b in kept], queue=self.queue)
+        ran = [o for o, _ in kept]
+        count(self.stats, ran, [b for _, b in kept], queue=self.queue, claimed=claimed)
         if held is not None:
             for job_id in attempts:
                 held.pop(job_id, None)
@@ -465,7 +472,7 @@ def _finish_columns(
         elif isinstance(outcome, Cancelled):
             row = ("cancelled", job.retry_count, None, outcome.error, outcome.error_entry, None)
         elif isinstance(outcome, Snoozed):
-            wait = max((outcome.run_at - outcome.finished_at).total_seconds(), 0.0)
+            wait = max((outcome.run_at - outcome.worker_finished_at).total_seconds(), 0.0)
             row = (outcome.status.value, job.retry_count, wait, None, outcome.error_entry, None)
         else:
             delay = _delay_of(outcome)
@@ -489,7 +496,7 @@ def _finish_columns(
 def _delay_of(failure: Failure) -> float | None:
     if failure.run_at is None:
         return None
-    return max((failure.run_at - failure.finished_at).total_seconds(), 0.0)
+    return max((failure.run_at - failure.worker_finished_at).total_seconds(), 0.0)
 
 
 class LeaseMode:

@@ -243,10 +243,21 @@ _CLAIMABLE: tuple[ColumnElement[bool], ...] = (
 )
 _CLAIM_ORDER = (jobs.c.priority.desc(), jobs.c.run_at)
 
+# The database's clock, the one every host shares (a worker's may be off by any amount), for
+# every time the drainer records in a job's row; :now replaces it only under a test clock.
+# _CLAIM_CLOCK is now(): the start of the transaction that claims, the same value in every
+# statement of it, so a transactional mode's outcome statement writes the claim's time as
+# started_at without being told it. _DB_CLOCK is clock_timestamp(): the moment the statement
+# that writes it runs, a completion's time (see JOB_COMPLETE_ONE for why not the commit's).
+_CLAIM_CLOCK = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now())
+_DB_CLOCK = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.clock_timestamp())
+
 # The claim: due jobs of one queue, highest priority first, then the longest due. The row
 # locks are the lease: they last as long as the transaction that runs the handlers and writes
 # the outcome, so a dead worker's jobs are due again the moment PostgreSQL aborts it.
 # :now is NULL except under a test clock; the database's clock is the one every host shares.
+# Each row comes back with the claim's time on that clock (claimed_at): the transaction's
+# now(), which the outcome statements of the same transaction write as started_at.
 # A paused queue claims nothing: the pause is a row of ``queues``, read by an uncorrelated
 # EXISTS that PostgreSQL evaluates once per claim (an InitPlan: one primary-key probe) as a
 # one-time filter over the same ix_jobs_claim scan, so the plan does not change. A job with a
@@ -259,6 +270,7 @@ _CLAIMED = (
     jobs.c.retry_count,
     jobs.c.max_retries,
     jobs.c.created_at,
+    _CLAIM_CLOCK.label("claimed_at"),
 )
 JOB_CLAIM = (
     select(*_CLAIMED)
@@ -286,24 +298,22 @@ _outcomes = (
         bindparam("error_entries", type_=ARRAY(Text)),
         bindparam("results", type_=ARRAY(Text)),
         bindparam("started_ats", type_=ARRAY(DateTime(timezone=True))),
-        bindparam("completed_ats", type_=ARRAY(DateTime(timezone=True))),
     )
     .table_valued(
-        "id",
-        "status",
-        "retry_count",
-        "run_at",
-        "error",
-        "error_entry",
-        "result",
-        "started_at",
-        "completed_at",
+        "id", "status", "retry_count", "run_at", "error", "error_entry", "result", "started_at"
     )
     .render_derived()
 )
+# An outcome that ends its job for good; a retry or a snooze leaves completed_at NULL.
+_finished_now = cast(_outcomes.c.status, Text).in_(
+    [literal_column(repr(s.value)) for s in JOB_FINISHED_STATUSES]
+)
 
 # The outcomes of a batch of jobs in one statement: completed, retrying (due again at run_at)
-# or failed. An error entry is appended to error_history; a success keeps the history.
+# or failed. An error entry is appended to error_history; a success keeps the history. The
+# times are the database's: started_at is each job's claimed_at (JOB_CLAIM's, which is this
+# transaction's now() too, and what a failure recorded on a fresh connection after its
+# transaction was lost must still say), completed_at this statement's clock (_DB_CLOCK).
 JOB_FINISH_MANY = (
     update(jobs)
     # The status guard matters only when an outcome is written after its transaction was lost
@@ -323,33 +333,22 @@ JOB_FINISH_MANY = (
         ),
         result=cast(_outcomes.c.result, JSONB),
         started_at=cast(_outcomes.c.started_at, DateTime(timezone=True)),
-        completed_at=cast(_outcomes.c.completed_at, DateTime(timezone=True)),
+        completed_at=case((_finished_now, _DB_CLOCK), else_=null()),
     )
 )
 
 # Successes, the common case, written with less than JOB_FINISH_MANY: a success changes only
-# these columns (retry_count, run_at and the errors stay), so there are 4 arrays to send and
-# unnest instead of 9 and no per-row CASE. Same status guard. The times are microseconds since
-# the Unix epoch (bigint, converted exactly here): the driver encodes a datetime at several
-# times the cost of an integer, and the drainer reads the clock as an integer anyway.
+# these columns (retry_count, run_at and the errors stay), so there are 2 arrays to send and
+# unnest instead of 8 and no per-row CASE. Same status guard. No times are sent: started_at
+# is the claim's (this transaction's now()), completed_at this statement's clock.
 _successes = (
     func.unnest(
         bindparam("ids", type_=ARRAY(Uuid)),
         bindparam("results", type_=ARRAY(Text)),
-        bindparam("started_ats", type_=ARRAY(BigInteger)),
-        bindparam("completed_ats", type_=ARRAY(BigInteger)),
     )
-    .table_valued("id", "result", "started_at", "completed_at")
+    .table_valued("id", "result")
     .render_derived()
 )
-
-
-def _from_micros(micros: ColumnElement[Any]) -> ColumnElement[Any]:
-    """Microseconds since the Unix epoch as a timestamptz (exact: bigint * interval is
-    computed in float8, which holds every integer below 2**53, i.e. until the year 2255)."""
-    epoch = literal_column("timestamptz 'epoch'", DateTime(timezone=True))
-    return epoch + cast(micros, BigInteger) * literal_column("interval '1 microsecond'", Interval)
-
 
 JOB_COMPLETE_MANY = (
     update(jobs)
@@ -358,8 +357,8 @@ JOB_COMPLETE_MANY = (
         status=literal_column("'completed'"),
         next_retry_at=null(),
         result=cast(_successes.c.result, JSONB),
-        started_at=_from_micros(_successes.c.started_at),
-        completed_at=_from_micros(_successes.c.completed_at),
+        started_at=_CLAIM_CLOCK,
+        completed_at=_DB_CLOCK,
     )
 )
 
@@ -367,6 +366,13 @@ JOB_COMPLETE_MANY = (
 # FROM unnest(…) afresh on every execution when the batch is one row (its custom plan, costed
 # for one row, always beats the generic one, costed for ten), which cost more than the UPDATE
 # itself; this statement's generic plan is cached after five executions.
+# completed_at is clock_timestamp() in this statement, the last the transaction runs before
+# its COMMIT (in batch mode after every handler of the batch; only the drainer's fence check,
+# a read, may come between): the closest the database can record. A row cannot hold the time
+# of the commit that makes it visible (the commit comes after the row's last write, and
+# PostgreSQL's own commit timestamps need track_commit_timestamp, off by default, and are
+# kept per transaction, not in the row); the worker's clock, which wrote it before, may be
+# off by any skew.
 JOB_COMPLETE_ONE = (
     update(jobs)
     .where(jobs.c.id == bindparam("id", type_=Uuid), _WAITING)
@@ -374,12 +380,10 @@ JOB_COMPLETE_ONE = (
         status=literal_column("'completed'"),
         next_retry_at=null(),
         result=cast(bindparam("result", type_=Text), JSONB),
-        started_at=bindparam("started_at", type_=DateTime(timezone=True)),
-        completed_at=bindparam("completed_at", type_=DateTime(timezone=True)),
+        started_at=_CLAIM_CLOCK,
+        completed_at=_DB_CLOCK,
     )
 )
-
-_NOW = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now())
 
 # Seconds until the next job of a queue comes due (NULL: none waiting, or the queue is paused,
 # so an idle drainer of a paused queue waits for the resume's notification or its poll
@@ -389,17 +393,17 @@ _NOW = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now()
 # shared queue's other drainers, this drainer's other lanes); counting it would make the lane
 # spin on it until it finished. Its lane's commit, a notification or the poll interval bring
 # the lane back.
-JOB_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _NOW)).where(
+JOB_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _CLAIM_CLOCK)).where(
     jobs.c.queue == bindparam("queue", type_=Text),
     _WAITING,
-    jobs.c.run_at > _NOW,
+    jobs.c.run_at > _CLAIM_CLOCK,
     ~QUEUE_PAUSED_NOW,
 )
 
 # The lease mode's: its claim commits at once, so no due job stays held by another lane (but
 # for the instant of another claim); the jobs it may not claim are those with a concurrency
 # key (JOB_LEASE_CLAIM), which it leaves out, or it would spin on them.
-JOB_LEASE_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _NOW)).where(
+JOB_LEASE_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _CLAIM_CLOCK)).where(
     jobs.c.queue == bindparam("queue", type_=Text),
     _WAITING,
     jobs.c.concurrency_key.is_(None),
@@ -417,7 +421,6 @@ JOB_LEASE_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _NOW
 
 _PROCESSING = jobs.c.status == literal_column("'processing'")
 _owner = bindparam("worker", type_=Uuid)
-_db_clock = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.clock_timestamp())
 
 _lease_claimed = (
     select(jobs.c.id)
@@ -443,7 +446,7 @@ JOB_LEASE_CLAIM = (
         status=literal_column("'processing'"),
         owner=_owner,
         attempt=jobs.c.attempt + 1,
-        started_at=_db_clock,
+        started_at=_DB_CLOCK,
         completed_at=null(),
     )
     .returning(
@@ -456,6 +459,7 @@ JOB_LEASE_CLAIM = (
         jobs.c.attempt,
         jobs.c.priority,
         jobs.c.run_at,
+        jobs.c.started_at,  # the claim's time on the database's clock: Job.claimed_at
     )
 )
 
@@ -484,7 +488,7 @@ JOB_LEASE_COMPLETE_MANY = (
         status=literal_column("'completed'"),
         next_retry_at=null(),
         result=cast(_lease_successes.c.result, JSONB),
-        completed_at=_db_clock,
+        completed_at=_DB_CLOCK,
     )
     .returning(jobs.c.id)
 )
@@ -505,7 +509,7 @@ _lease_outcomes = (
     )
     .render_derived()
 )
-_lease_retry_at = _db_clock + cast(_lease_outcomes.c.delay, Double) * literal_column(
+_lease_retry_at = _DB_CLOCK + cast(_lease_outcomes.c.delay, Double) * literal_column(
     "interval '1 second'", Interval
 )
 _lease_done = cast(_lease_outcomes.c.status, Text).in_(
@@ -535,7 +539,7 @@ JOB_LEASE_FINISH_MANY = (
             ),
         ),
         result=cast(_lease_outcomes.c.result, JSONB),
-        completed_at=case((_lease_done, _db_clock), else_=null()),
+        completed_at=case((_lease_done, _DB_CLOCK), else_=null()),
     )
     .returning(jobs.c.id)
 )

@@ -17,7 +17,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 def _job(retry_count: int, max_retries: int) -> Job:
-    return Job(uuid.uuid4(), "t", {}, retry_count, max_retries, NOW)
+    return Job(uuid.uuid4(), "t", {}, retry_count, max_retries, NOW, NOW)
 
 
 @pytest.mark.parametrize("max_retries", [0, 1, 2, 5])
@@ -52,7 +52,7 @@ def test_jitter_stays_within_its_band() -> None:
 def test_failure_schedules_the_retry_from_now() -> None:
     outcome = outcome_of_failure(_job(1, 3), "boom", NOW, NOW, Backoff(jitter=0))
     assert outcome.run_at == NOW + timedelta(seconds=2)
-    assert outcome.completed_at is None
+    assert outcome.status is JobStatus.RETRYING
 
 
 def test_bad_backoff_and_json() -> None:
