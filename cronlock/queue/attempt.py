@@ -228,11 +228,13 @@ class Attempts:
             return ended
         again = snoozed(job, outcome.seconds, begun, now)
         logger.info(
-            "job %s (%s) attempt %d snoozed until %s (not counted)",
+            "job %s (%s) attempt %d snoozed for %.3f s, until %s by the worker's clock "
+            "(not counted)",
             job.id,
             job.job_type,
             job.retry_count + 1,
-            again.run_at.isoformat(),
+            again.delay,
+            again.worker_run_at.isoformat(),
             extra={"action": "job_snoozed", **extra},
         )
         return again

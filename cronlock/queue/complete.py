@@ -5,20 +5,23 @@ or ``JobSnooze`` (``handling.py``), in a ``Cancelled`` or a ``Snoozed``, each an
 job's ``error_history`` with its ``outcome``. ``outcome_of_failure`` is the retry rule
 (DESIGN.md): ``max_retries = N`` allows N retries, N+1 attempts, ``retry_count`` counts the
 retries made, and ``error_history`` gets one ``{attempt, error, at}`` entry per failed
-attempt. A lane writes its batch's outcomes with one statement, in the transaction that ran
-the handlers (``Completion.write``), so a job's completion commits with its handler's writes
-or not at all: ``JOB_COMPLETE_ONE`` for a lone success (strict mode), ``JOB_COMPLETE_MANY``
-for a batch of successes, ``JOB_FINISH_MANY`` for a batch with a failure in it. A failure
-whose transaction is gone is written on its own (``Completion.record_lost``). Outcomes count
-in the drainer's stats once committed (``count``).
+attempt (its ``at``, and a snooze's ``until``, stamped by the outcome statement on the
+database's clock). A lane writes its batch's outcomes with one statement, in the transaction
+that ran the handlers (``Completion.write``), so a job's completion commits with its
+handler's writes or not at all: ``JOB_COMPLETE_ONE`` for a lone success (strict mode),
+``JOB_COMPLETE_MANY`` for a batch of successes, ``JOB_FINISH_MANY`` for a batch with a
+failure in it. A failure whose transaction is gone is written on its own
+(``Completion.record_lost``). Outcomes count in the drainer's stats once committed
+(``count``).
 
 One clock. The row's ``started_at`` and ``completed_at`` are the database's: the claim's time
 (``Job.claimed_at``) and the outcome statement's, as ``created_at`` is, so that across hosts
 no worker's clock skew is in them or in what is read from them (``cronlock_job_latency_seconds``,
 ``jobs show``, the API, the dashboard). What the worker still measures itself is named so:
-an outcome's ``worker_started_at``/``worker_finished_at`` (its clock around the handler, what
-the error history's entries and a retry's due time are reckoned from) and the line per job's
-duration (its monotonic clock, from the handler's start to the commit).
+an outcome's ``worker_started_at``/``worker_finished_at`` (its clock around the handler) and
+``worker_run_at`` (a retry's or a snooze's due time by that clock: the row's is the database's
+clock plus the same ``delay``), and the line per job's duration (its monotonic clock, from the
+handler's start to the commit).
 """
 
 from __future__ import annotations
@@ -71,7 +74,9 @@ class Success(NamedTuple):
 
 @dataclass(frozen=True)
 class Failure:
-    """A failed attempt: its job retrying (due again at ``run_at``) or failed for good."""
+    """A failed attempt: its job retrying (due again ``delay`` seconds on) or failed for good.
+    ``worker_run_at`` is when the retry is due by the worker's clock; the row's ``run_at`` is
+    the database's clock plus the same ``delay`` (sql.JOB_FINISH_MANY)."""
 
     job: Job
     status: JobStatus  # RETRYING or FAILED
@@ -80,7 +85,14 @@ class Failure:
     worker_finished_at: datetime
     error: str
     error_entry: str
-    run_at: datetime | None = None
+    worker_run_at: datetime | None = None
+
+    @property
+    def delay(self) -> float | None:
+        """Seconds until the retry (None: failed for good)."""
+        if self.worker_run_at is None:
+            return None
+        return max((self.worker_run_at - self.worker_finished_at).total_seconds(), 0.0)
 
 
 @dataclass(frozen=True)
@@ -96,14 +108,20 @@ class Cancelled:
 
 @dataclass(frozen=True)
 class Snoozed:
-    """An attempt that put its job back, due at ``run_at``, without counting it: the job's
-    retry count and status stay (``retrying`` once it has retried, else ``pending``)."""
+    """An attempt that put its job back, due ``delay`` seconds on, without counting it: the
+    job's retry count and status stay (``retrying`` once it has retried, else ``pending``).
+    ``worker_run_at`` is that time by the worker's clock, the row's is the database's."""
 
     job: Job
     worker_started_at: datetime  # the worker's clock, around its handler
     worker_finished_at: datetime
-    run_at: datetime
+    worker_run_at: datetime
     error_entry: str
+
+    @property
+    def delay(self) -> float:
+        """Seconds until the job is due again."""
+        return max((self.worker_run_at - self.worker_finished_at).total_seconds(), 0.0)
 
     @property
     def status(self) -> JobStatus:
@@ -121,7 +139,6 @@ def cancelled(job: Job, error: str, started: datetime, now: datetime) -> Cancell
             "attempt": job.retry_count + 1,
             "outcome": JobStatus.CANCELLED.value,
             "error": error,
-            "at": now.isoformat(),
         }
     )
     return Cancelled(job, started, now, error, entry)
@@ -135,8 +152,6 @@ def snoozed(job: Job, seconds: float, started: datetime, now: datetime) -> Snooz
             "attempt": job.retry_count + 1,
             "outcome": "snoozed",
             "error": None,
-            "until": run_at.isoformat(),
-            "at": now.isoformat(),
         }
     )
     return Snoozed(job, started, now, run_at, entry)
@@ -152,7 +167,7 @@ def outcome_of_failure(
 ) -> Failure:
     """The retry rule: retry while fewer than ``max_retries`` retries were made, then fail."""
     error = error[:MAX_MESSAGE_LENGTH]
-    entry = json.dumps({"attempt": job.retry_count + 1, "error": error, "at": now.isoformat()})
+    entry = json.dumps({"attempt": job.retry_count + 1, "error": error})
     if job.retry_count < job.max_retries:
         retry = job.retry_count + 1
         return Failure(
@@ -163,7 +178,7 @@ def outcome_of_failure(
             now,
             error,
             entry,
-            run_at=now + timedelta(seconds=backoff.delay(retry, rng)),
+            worker_run_at=now + timedelta(seconds=backoff.delay(retry, rng)),
         )
     return Failure(job, JobStatus.FAILED, job.retry_count, started, now, error, entry)
 
@@ -238,7 +253,7 @@ _FINISH_COLUMNS = (
     "ids",
     "statuses",
     "retry_counts",
-    "run_ats",
+    "delays",
     "errors",
     "error_entries",
     "results",
@@ -278,7 +293,7 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
             outcome.job.id,
             outcome.status.value,
             outcome.job.retry_count,
-            outcome.run_at,
+            outcome.delay,
             None,
             outcome.error_entry,
             None,
@@ -288,7 +303,7 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
         outcome.job.id,
         outcome.status.value,
         outcome.retry_count,
-        outcome.run_at,
+        outcome.delay,
         outcome.error,
         outcome.error_entry,
         None,
@@ -370,7 +385,7 @@ def _log_jobs(
         elif isinstance(outcome, Snoozed):
             status, attempt = "snoozed", job.retry_count + 1
             elapsed = _worker_ms(outcome)
-            detail = f" until {outcome.run_at.isoformat()} (the worker's clock)"
+            detail = f" until {outcome.worker_run_at.isoformat()} (the worker's clock)"
         else:
             status, attempt, detail = JobStatus.COMPLETED.value, job.retry_count + 1, ""
             elapsed = (clock - begun[i]) * 1000 if begun is not None else 0.0

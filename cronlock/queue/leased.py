@@ -41,7 +41,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy.exc import DBAPIError, InterfaceError
@@ -54,7 +53,7 @@ from ..observe.stats import DrainStats
 from ..pg import session_has_pending, session_untouched
 from .attempt import Attempts, _describe
 from .cancel import CancelRequested, Scope
-from .complete import Attempt, Cancelled, Failure, Snoozed, Success, count, micros_of
+from .complete import Attempt, Cancelled, Snoozed, Success, count, micros_of
 from .handling import JobCancel, JobSnooze, running
 from .jobs import Handler, Job, to_json
 from .lanes import Lane, Lanes, _decode
@@ -418,7 +417,6 @@ class LeasedLanes(Lanes):
                 "attempt": job.retry_count + 1,
                 "error": "fenced: a completion by a worker that no longer held the job was "
                 "not applied",
-                "at": datetime.now(UTC).isoformat(),
                 "fenced": {"owner": str(self.owner), "attempt": attempt},
             }
         )
@@ -472,14 +470,19 @@ def _finish_columns(
         elif isinstance(outcome, Cancelled):
             row = ("cancelled", job.retry_count, None, outcome.error, outcome.error_entry, None)
         elif isinstance(outcome, Snoozed):
-            wait = max((outcome.run_at - outcome.worker_finished_at).total_seconds(), 0.0)
-            row = (outcome.status.value, job.retry_count, wait, None, outcome.error_entry, None)
+            row = (
+                outcome.status.value,
+                job.retry_count,
+                outcome.delay,
+                None,
+                outcome.error_entry,
+                None,
+            )
         else:
-            delay = _delay_of(outcome)
             row = (
                 outcome.status.value,
                 outcome.retry_count,
-                delay,
+                outcome.delay,
                 outcome.error,
                 outcome.error_entry,
                 None,
@@ -491,12 +494,6 @@ def _finish_columns(
         ):
             columns[name].append(value)
     return columns
-
-
-def _delay_of(failure: Failure) -> float | None:
-    if failure.run_at is None:
-        return None
-    return max((failure.run_at - failure.worker_finished_at).total_seconds(), 0.0)
 
 
 class LeaseMode:

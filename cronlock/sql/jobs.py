@@ -251,6 +251,46 @@ _CLAIM_ORDER = (jobs.c.priority.desc(), jobs.c.run_at)
 # that writes it runs, a completion's time (see JOB_COMPLETE_ONE for why not the commit's).
 _CLAIM_CLOCK = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now())
 _DB_CLOCK = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.clock_timestamp())
+# The outcome statement's start (statement_timestamp()): one value per statement, so that a
+# retry's run_at and next_retry_at, and its error entry's times, agree to the microsecond.
+_STATEMENT_CLOCK = func.coalesce(
+    bindparam("now", type_=DateTime(timezone=True)), func.statement_timestamp()
+)
+_SECOND = literal_column("interval '1 second'", Interval)
+
+
+def _due_after(delay: ColumnElement[Any]) -> ColumnElement[Any]:
+    """:delays seconds from now on the database's clock: a retry's or a snooze's due time (the
+    worker sends how long to wait, never when: its clock may be off by any skew)."""
+    return _STATEMENT_CLOCK + cast(delay, Double) * _SECOND
+
+
+def _iso(moment: ColumnElement[Any]) -> ColumnElement[Any]:
+    """A time as the text Python's ``isoformat()`` gives in UTC (what the entries held when
+    the worker wrote them): the same in every session, whatever its TimeZone, so the entries'
+    times sort as text (JOB_RECENT_FAILURES)."""
+    return func.to_char(
+        func.timezone(literal_column("'UTC'"), moment),
+        literal_column("""'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'"""),
+    )
+
+
+def _history_plus(entry: ColumnElement[Any], delay: ColumnElement[Any]) -> ColumnElement[Any]:
+    """error_history with ``entry`` (JSON text) appended, its ``at`` (and a snooze's ``until``)
+    stamped with the database's clock in place of the worker's, as every time of the row."""
+    at = cast(entry, JSONB).op("||")(
+        func.jsonb_build_object(literal_column("'at'"), _iso(_STATEMENT_CLOCK))
+    )
+    snoozed = cast(entry, JSONB).op("->>")(literal_column("'outcome'")) == literal_column(
+        "'snoozed'"
+    )
+    until = func.jsonb_build_object(literal_column("'until'"), _iso(_due_after(delay)))
+    stamped = case((snoozed, at.op("||")(until)), else_=at)
+    return case(
+        (entry.is_(None), jobs.c.error_history),
+        else_=jobs.c.error_history.op("||")(func.jsonb_build_array(stamped)),
+    )
+
 
 # The claim: due jobs of one queue, highest priority first, then the longest due. The row
 # locks are the lease: they last as long as the transaction that runs the handlers and writes
@@ -293,14 +333,14 @@ _outcomes = (
         bindparam("ids", type_=ARRAY(Uuid)),
         bindparam("statuses", type_=ARRAY(Text)),
         bindparam("retry_counts", type_=ARRAY(Integer)),
-        bindparam("run_ats", type_=ARRAY(DateTime(timezone=True))),
+        bindparam("delays", type_=ARRAY(Double)),
         bindparam("errors", type_=ARRAY(Text)),
         bindparam("error_entries", type_=ARRAY(Text)),
         bindparam("results", type_=ARRAY(Text)),
         bindparam("started_ats", type_=ARRAY(DateTime(timezone=True))),
     )
     .table_valued(
-        "id", "status", "retry_count", "run_at", "error", "error_entry", "result", "started_at"
+        "id", "status", "retry_count", "delay", "error", "error_entry", "result", "started_at"
     )
     .render_derived()
 )
@@ -309,11 +349,12 @@ _finished_now = cast(_outcomes.c.status, Text).in_(
     [literal_column(repr(s.value)) for s in JOB_FINISHED_STATUSES]
 )
 
-# The outcomes of a batch of jobs in one statement: completed, retrying (due again at run_at)
-# or failed. An error entry is appended to error_history; a success keeps the history. The
-# times are the database's: started_at is each job's claimed_at (JOB_CLAIM's, which is this
-# transaction's now() too, and what a failure recorded on a fresh connection after its
-# transaction was lost must still say), completed_at this statement's clock (_DB_CLOCK).
+# The outcomes of a batch of jobs in one statement: completed, retrying or snoozed (due again
+# :delays seconds from now) or failed. An error entry is appended to error_history; a success
+# keeps the history. The times are the database's: started_at is each job's claimed_at
+# (JOB_CLAIM's, which is this transaction's now() too, and what a failure recorded on a fresh
+# connection after its transaction was lost must still say); completed_at, the due time of a
+# retry and the error entry's "at" are this statement's clock (_DB_CLOCK).
 JOB_FINISH_MANY = (
     update(jobs)
     # The status guard matters only when an outcome is written after its transaction was lost
@@ -322,15 +363,14 @@ JOB_FINISH_MANY = (
     .values(
         status=cast(_outcomes.c.status, Text),
         retry_count=cast(_outcomes.c.retry_count, Integer),
-        run_at=func.coalesce(cast(_outcomes.c.run_at, DateTime(timezone=True)), jobs.c.run_at),
-        next_retry_at=cast(_outcomes.c.run_at, DateTime(timezone=True)),
-        error_message=func.coalesce(cast(_outcomes.c.error, Text), jobs.c.error_message),
-        error_history=case(
-            (_outcomes.c.error_entry.is_(None), jobs.c.error_history),
-            else_=jobs.c.error_history.op("||")(
-                func.jsonb_build_array(cast(_outcomes.c.error_entry, JSONB))
-            ),
+        run_at=case(
+            (_outcomes.c.delay.is_(None), jobs.c.run_at), else_=_due_after(_outcomes.c.delay)
         ),
+        next_retry_at=case(
+            (_outcomes.c.delay.is_(None), null()), else_=_due_after(_outcomes.c.delay)
+        ),
+        error_message=func.coalesce(cast(_outcomes.c.error, Text), jobs.c.error_message),
+        error_history=_history_plus(_outcomes.c.error_entry, _outcomes.c.delay),
         result=cast(_outcomes.c.result, JSONB),
         started_at=cast(_outcomes.c.started_at, DateTime(timezone=True)),
         completed_at=case((_finished_now, _DB_CLOCK), else_=null()),
@@ -509,9 +549,7 @@ _lease_outcomes = (
     )
     .render_derived()
 )
-_lease_retry_at = _DB_CLOCK + cast(_lease_outcomes.c.delay, Double) * literal_column(
-    "interval '1 second'", Interval
-)
+_lease_retry_at = _due_after(_lease_outcomes.c.delay)
 _lease_done = cast(_lease_outcomes.c.status, Text).in_(
     [literal_column("'completed'"), literal_column("'failed'"), literal_column("'cancelled'")]
 )
@@ -532,12 +570,7 @@ JOB_LEASE_FINISH_MANY = (
         run_at=case((_lease_outcomes.c.delay.is_(None), jobs.c.run_at), else_=_lease_retry_at),
         next_retry_at=case((_lease_outcomes.c.delay.is_(None), null()), else_=_lease_retry_at),
         error_message=func.coalesce(cast(_lease_outcomes.c.error, Text), jobs.c.error_message),
-        error_history=case(
-            (_lease_outcomes.c.error_entry.is_(None), jobs.c.error_history),
-            else_=jobs.c.error_history.op("||")(
-                func.jsonb_build_array(cast(_lease_outcomes.c.error_entry, JSONB))
-            ),
-        ),
+        error_history=_history_plus(_lease_outcomes.c.error_entry, _lease_outcomes.c.delay),
         result=cast(_lease_outcomes.c.result, JSONB),
         completed_at=case((_lease_done, _DB_CLOCK), else_=null()),
     )
@@ -551,13 +584,18 @@ JOB_LEASE_STATE = select(jobs.c.status, jobs.c.owner, jobs.c.attempt).where(
 )
 
 # Record a completion that was fenced (not applied): an entry in the job's history, whatever
-# the job's state now. The entry says who tried and with which attempt.
+# the job's state now. The entry says who tried and with which attempt; its "at" is the
+# database's clock.
 JOB_LEASE_RECORD_FENCED = (
     update(jobs)
     .where(jobs.c.id == bindparam("job_id", type_=Uuid))
     .values(
         error_history=jobs.c.error_history.op("||")(
-            func.jsonb_build_array(cast(bindparam("entry", type_=Text), JSONB))
+            func.jsonb_build_array(
+                cast(bindparam("entry", type_=Text), JSONB).op("||")(
+                    func.jsonb_build_object(literal_column("'at'"), _iso(func.now()))
+                )
+            )
         )
     )
 )

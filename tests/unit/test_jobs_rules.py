@@ -51,7 +51,7 @@ def test_jitter_stays_within_its_band() -> None:
 
 def test_failure_schedules_the_retry_from_now() -> None:
     outcome = outcome_of_failure(_job(1, 3), "boom", NOW, NOW, Backoff(jitter=0))
-    assert outcome.run_at == NOW + timedelta(seconds=2)
+    assert outcome.worker_run_at == NOW + timedelta(seconds=2) and outcome.delay == 2
     assert outcome.status is JobStatus.RETRYING
 
 
