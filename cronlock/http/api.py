@@ -110,8 +110,8 @@ class EnqueueResponse(BaseModel):
 class JobView(BaseModel):
     """A job's row. Its times are the database's clock, whichever host ran the job:
     ``created_at`` its enqueue, ``started_at`` its last claim, ``completed_at`` the statement
-    that wrote its outcome (just before that outcome's commit); the ``at`` of an
-    ``error_history`` entry is the clock of the worker that wrote it."""
+    that wrote its outcome (just before that outcome's commit), ``run_at`` of a retry or a
+    snooze, and the ``at``/``until`` of an ``error_history`` entry too."""
 
     id: uuid.UUID
     job_type: str

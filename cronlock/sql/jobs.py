@@ -665,7 +665,7 @@ _lost_entry = func.jsonb_build_object(
     "error",
     func.concat("worker lost: ", cast(_dead.c.owner, Text), " ended while the job ran"),
     "at",
-    func.now(),
+    _iso(func.now()),  # the same text as every entry's "at", whatever the session's TimeZone
     "lost_run",
     jobs.c.lost_runs + 1,
 )
