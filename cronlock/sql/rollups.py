@@ -12,10 +12,10 @@ one snapshot (JOB_TOTALS_NOW). The scrape moves the mark itself (observe/prometh
    transactions of this database that hold a transaction id then (pg_stat_activity's
    ``backend_xid``, visible to every role). It is ready once all of them have ended: a
    completion committed later than the point was chosen belongs to a transaction that took its
-   id after it, and its completed_at is no earlier than that (the claim, in the strict and
-   batch modes, takes the id before the handler runs; the lease mode's completion reads the
-   database's clock), give or take the lag: a worker's clock behind the database's, the
-   instants between a statement's clock and its first write.
+   id after it, and its completed_at is no earlier than that (every mode's completion writes
+   the database's clock in its outcome statement, and in the strict and batch modes the claim
+   took the id before the handler ran), give or take the lag: the instants between a
+   statement's clock and its first write.
 3. JOB_TOTALS_FOLD adds the jobs of (through, pending_through] to ``job_totals``, and
    METRIC_MARK_MOVE sets ``through``, in the same transaction.
 
