@@ -179,15 +179,7 @@ async def test_serve_scheduler_restarts_a_drainer_that_ends_on_its_own(
         )
         await eventually(lambda: _made_and_active(made, 1), timeout=30)
         # The first drainer loses its database (an admin, or a server restart, cut it).
-        async with database.connect() as conn:
-            killed = await conn.scalar(
-                text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE application_name = 'cronlock-drainer:default' "
-                    "AND datname = current_database()"
-                )
-            )
-        assert killed == 1
+        assert await _cut_drainer_lock(database) == 1
         await eventually(lambda: _made_and_active(made, 2), timeout=30)
         await app.enqueue(app.database, "noop", None)  # the new one drains
         await eventually(lambda: _statuses_are(database, {"completed": 1}), timeout=30)
@@ -216,15 +208,7 @@ async def test_serve_schedulers_drainer_rides_out_a_lost_lock(
     with caplog.at_level(logging.INFO):
         serving = asyncio.create_task(serve_scheduler(Scheduler(app), drainer=make, stop=stop))
         await eventually(lambda: _made_and_active(made, 1), timeout=30)
-        async with database.connect() as conn:
-            killed = await conn.scalar(
-                text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE application_name = 'cronlock-drainer:default' "
-                    "AND datname = current_database()"
-                )
-            )
-        assert killed == 1
+        assert await _cut_drainer_lock(database) == 1
         await eventually(lambda: _said(caplog, "answers again"), timeout=30)
         await eventually(lambda: _made_and_active(made, 1), timeout=30)
         await app.enqueue(app.database, "noop", None)  # the same drainer drains again
@@ -238,6 +222,19 @@ async def test_serve_schedulers_drainer_rides_out_a_lost_lock(
 
 async def _said(caplog: pytest.LogCaptureFixture, words: str) -> bool:
     return words in caplog.text
+
+
+async def _cut_drainer_lock(database: Database) -> int:
+    """Terminate the drainer's lock connection (an admin, or a server restart, cut it)."""
+    async with database.connect() as conn:
+        killed: int = await conn.scalar(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'cronlock-drainer:default' "
+                "AND datname = current_database()"
+            )
+        )
+    return killed
 
 
 async def _made_and_active(made: list[Drainer], count: int) -> bool:
