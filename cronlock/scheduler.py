@@ -294,8 +294,8 @@ class Scheduler:
                     try:
                         _, left_open = await self.catch_up(task)
                     except Exception as exc:
-                        if not pg.connection_lost(exc):
-                            raise
+                        if self.reconnect is None or not pg.connection_lost(exc):
+                            raise  # without a policy: the wake fails and is logged, as before
                         self._spawn(self._after_outage(task, error_line(exc)), task.name)
                         return
                     if not left_open:
