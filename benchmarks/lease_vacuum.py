@@ -18,12 +18,13 @@ freed (those the drain's own page pruning had already cut to line pointers, and 
 removed itself, ``tuples: N removed``); ``N are dead but not yet removable`` the ones a
 transaction still needs. The share removed is the first over both. ``pgstattuple``'s dead
 tuples (where the extension is available) are counted before and after, as a second view.
-All the while ``pg_stat_activity`` is sampled every ``--sample-interval`` seconds: for each
-cronlock connection (the long job's worker: its pool, ``cronlock-drainer:long`` and
-``cronlock-liveness:long``; the short drain's apart), how many samples saw ``backend_xid`` or
-``backend_xmin`` set and in which state, the oldest such transaction, and the most samples in
-a row one backend held one (a transaction held across the handler is in every sample; a
-heartbeat's or a sweep's, milliseconds long, in one at most).
+While the long job's handler runs, ``pg_stat_activity`` is sampled every
+``--sample-interval`` seconds: for each cronlock connection (the long job's worker: its pool,
+``cronlock-drainer:long`` and ``cronlock-liveness:long``; the short drain's apart), how many
+samples saw ``backend_xid`` or ``backend_xmin`` set and in which state, the oldest such
+transaction, and the most samples in a row one backend held one (a transaction held across
+the handler is in every sample; a heartbeat's or a sweep's, milliseconds long, in one at
+most).
 
 ``idle``: a login role of its own gets ``ALTER ROLE … SET idle_in_transaction_session_timeout``
 (``--idle-timeout``), as a managed PostgreSQL sets it; a drainer connecting as that role runs
@@ -116,7 +117,12 @@ class Sampler:
         try:
             while not stop.is_set():
                 holding: set[int] = set()
-                for pid, name, state, xid, xmin, age in await conn.fetch(ACTIVITY):
+                rows = await conn.fetch(ACTIVITY)
+                if stop.is_set():
+                    # Stopped while the sample was in flight: it may have seen what came
+                    # after (the strict mode's commit after the handler), so it is not kept.
+                    break
+                for pid, name, state, xid, xmin, age in rows:
                     state = state or ""
                     self.seen[(name, state)] += 1
                     if xid:
@@ -236,7 +242,6 @@ async def measure_vacuum(
             await database.dispose()
         conn = await asyncpg.connect(url)
         long_app, short_app, events = _apps(url, long_seconds)
-        stop = asyncio.Event()
         sampler = Sampler(url, sample_interval)
         sampling: asyncio.Task[None] | None = None
         try:
@@ -251,7 +256,8 @@ async def measure_vacuum(
             await conn.execute("VACUUM cronlock.jobs")  # from a table without dead rows
             long_drain = asyncio.create_task(long_app.drainer(queue=LONG, commit_mode=mode).drain())
             await asyncio.wait_for(events["started"].wait(), 60)
-            sampling = asyncio.create_task(sampler.run(stop))
+            # Sampling ends as the handler does, before the outcome's commit.
+            sampling = asyncio.create_task(sampler.run(events["finished"]))
             async with short_app.database.session() as session:
                 await short_app.enqueue_many(session, "noop", [{}] * jobs)
                 await session.commit()
@@ -269,11 +275,9 @@ async def measure_vacuum(
                     "the long job ended before VACUUM ran: give it more --long-seconds"
                 )
             long_result = await asyncio.wait_for(long_drain, long_seconds + 60)
-            stop.set()
             await sampling
             row = await conn.fetchrow(JOB_ROW, long_job)
         finally:
-            stop.set()
             if sampling is not None and not sampling.done():
                 sampling.cancel()
             await conn.close()
