@@ -17,8 +17,11 @@ makes must map to a slot (``invocation_slot``), and the slots must be cronlock's
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
 import random
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -205,4 +208,32 @@ def run_loop(
             )
             report.counts["loop windows"] += 1
             report.disagreements.extend(problems)
+    return report
+
+
+def _chunk(kind: str, expressions: int, seed: int, busy: bool) -> Report:
+    if kind == "run":
+        return run(expressions, seed)
+    return run_loop(expressions, seed, busy=busy)
+
+
+def run_parallel(
+    kind: str, expressions: int, seed: int, *, busy: bool = False, processes: int | None = None
+) -> Report:
+    """``run`` (kind ``"run"``) or ``run_loop`` (``"loop"``) over ``expressions`` in chunks,
+    one process per core: chunk ``i`` is seeded ``seed * 1000 + i``, so a run is as
+    reproducible as a single-process one, only over other expressions."""
+    processes = processes or os.cpu_count() or 1
+    chunks = processes * 8  # small enough that one slow chunk does not hold the end back
+    sizes = [expressions // chunks + (i < expressions % chunks) for i in range(chunks)]
+    report = Report()
+    context = multiprocessing.get_context("fork")  # the children inherit tests/support's path
+    with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
+        futures = [
+            pool.submit(_chunk, kind, size, seed * 1000 + i, busy)
+            for i, size in enumerate(sizes)
+            if size
+        ]
+        for future in futures:
+            report.add(future.result())
     return report
