@@ -21,7 +21,7 @@ from jobsupport import job_app, job_rows
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from testapps import jobs as testjobs
-from waiting import eventually
+from waiting import ended_within, eventually
 
 from cronlock import App, Database, InvalidJobOption, RunStatus
 from cronlock.sql.tables import jobs, workers
@@ -108,7 +108,11 @@ async def test_no_more_than_the_limit_of_a_key_run_at_once_across_lanes_and_drai
         finally:
             for drainer in drainers:
                 drainer.stop()
-            await asyncio.gather(*tasks)
+            await ended_within(
+                tasks,
+                about="the stopped drainers",
+                describe=lambda: [(d.state, d.in_flight, d.stats.processed) for d in drainers],
+            )
     assert gauge.peak["a"] == 2  # the type's limit, reached and never passed
     assert gauge.peak["b"] == 1  # the enqueue's own
     assert gauge.peak["free"] >= 3  # the lanes do run jobs at once

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 async def eventually(
@@ -34,3 +36,27 @@ def wait_for(probe: Callable[[], T], *, timeout: float = 10.0, interval: float =
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
         time.sleep(interval)
+
+
+async def ended_within(
+    tasks: Sequence[asyncio.Task[R]],
+    *,
+    timeout: float = 30.0,
+    about: str = "the tasks",
+    describe: Callable[[], object] | None = None,
+) -> list[R]:
+    """The tasks' results once all have ended; at the deadline a failure that shows every
+    task of the loop where it waits (a hang becomes a report of where, not a stuck run)."""
+    _done, pending = await asyncio.wait(tasks, timeout=timeout)
+    if pending:
+        stacks = io.StringIO()
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.print_stack(limit=12, file=stacks)
+        for task in pending:
+            task.cancel()  # so that the test's teardown is not held up by them too
+        raise AssertionError(
+            f"{about}: {len(pending)} of {len(tasks)} not ended within {timeout}s"
+            f"{f' ({describe()})' if describe is not None else ''}\n{stacks.getvalue()}"
+        )
+    return [task.result() for task in tasks]
