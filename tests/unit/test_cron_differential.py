@@ -40,6 +40,7 @@ def test_a_busy_host_catching_up_never_gets_no_slot() -> None:
 
 
 @pytest.mark.differential
+@pytest.mark.timeout(3600)
 def test_full_differential_run() -> None:
     # One process per core. The loop's windows (24 hours of Debian's loop each, a hundred times
     # an expression's cost against cronsim) are a fixed share of the expressions.
