@@ -1,5 +1,6 @@
 """A /metrics scrape with 1,000,000 finished jobs and 100,000 runs (issue 11, item 11: at most
-50 ms at a million finished jobs), before and after the jobs' rollup, in the same run.
+50 ms at a million finished jobs), before and after the rollups of jobs and runs, in the same
+run.
 
     python -m benchmarks.metrics_scrape [--server URL] [--jobs 1030000] [--runs 100000]
         [--scrapes 50] [--before 5]
@@ -11,15 +12,18 @@ finished in the last quarter of an hour; ``--jobs`` 1,030,000 gives just over 1,
 finished jobs and about 10,000 open ones; ``--runs`` runs of a minutely and an hourly task),
 then VACUUM ANALYZE, as autovacuum would have done. Then, in this order:
 
-- **before**: ``--before`` scrapes the old way, the statements the scrape ran before the rollup
-  (whole-table JOB_COUNTS and JOB_TOTALS, kept in cronlock/sql for tests and this comparison,
-  beside the ones both ways share), timed in this process;
-- **first scrapes after the upgrade**: the first two through the real endpoint (the worker's
-  ``--metrics-port`` server, ``serve_metrics``, over HTTP): the first chooses the rollup's
-  point, the second folds the whole history in;
+- **before**: ``--before`` scrapes the old way, the statements the scrape ran before the
+  rollups (whole-table JOB_COUNTS, JOB_TOTALS and RUN_TOTALS, kept in cronlock/sql for tests
+  and this comparison, beside the ones both ways share), timed in this process;
+- **first scrapes after the upgrade**: the first four through the real endpoint (the
+  worker's ``--metrics-port`` server, ``serve_metrics``, over HTTP), on the real clock: the
+  first two choose the jobs' rollup's point and fold the jobs' history in, and note the newest
+  run id; then a wait of the fold's lag (31 s); the third makes that id the runs' point, the
+  fourth folds the runs' history in;
 - **after**: ``--scrapes`` scrapes through the same endpoint, and each statement of the new
   scrape timed alone (``--before`` times each), to say where the time goes;
-- a check that the scrape's job counters equal a count from scratch (sql.JOB_TOTALS).
+- a check that the scrape's job and run counters equal a count from scratch (sql.JOB_TOTALS,
+  sql.RUN_TOTALS).
 
 The JSON result goes under ``benchmarks/results/`` (``metrics-scrape-<time>``).
 """
@@ -42,8 +46,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cronlock import schema, sql
 from cronlock.database import Database
-from cronlock.observe.prometheus import fold, serve_metrics
+from cronlock.observe.prometheus import FOLD_LAG, fold, fold_runs, serve_metrics
 from cronlock.periodic import backlog
+from cronlock.sql.tables import RUN_STATUSES
 
 from .dashboard_overview import SEED_JOBS, SEED_RUNS, app
 from .run import DEFAULT_SERVER, write_check
@@ -120,15 +125,19 @@ async def _new_statements(database: Database) -> dict[str, float]:
     """Each statement of the scrape as it is now, timed alone; ms per statement."""
     tasks = list(app.tasks.values())
     spent: dict[str, float] = {"fold": await _timed(lambda: fold(database))}
+    spent["fold_runs"] = await _timed(lambda: fold_runs(database))
     async with database.connect() as conn:
+        await conn.execute(sql.METRICS_NO_JIT_LOCAL)
         through = (await conn.execute(sql.METRIC_MARK_GET, {"mark": sql.JOBS_MARK})).scalar_one()
+        marked = (await conn.execute(sql.RUN_MARK_GET, {"mark": sql.RUNS_MARK})).one()
+        run_mark = {"through": marked.through_id, "open_ids": list(marked.open_ids)}
         spent["JOB_COUNTS_OPEN"] = await _timed(lambda: conn.execute(sql.JOB_COUNTS_OPEN))
         spent["JOB_OLDEST_DUE"] = await _timed(lambda: conn.execute(sql.JOB_OLDEST_DUE))
         spent["JOB_TOTALS_NOW"] = await _timed(
             lambda: conn.execute(sql.JOB_TOTALS_NOW, {"through": through})
         )
         spent["WORKER_LIST"] = await _timed(lambda: conn.execute(sql.WORKER_LIST))
-        spent["RUN_TOTALS"] = await _timed(lambda: conn.execute(sql.RUN_TOTALS))
+        spent["RUN_TOTALS_NOW"] = await _timed(lambda: conn.execute(sql.RUN_TOTALS_NOW, run_mark))
         spent["overdue"] = await _timed(
             lambda: backlog.overdue_by_task(conn, tasks, datetime.now(UTC))
         )
@@ -141,9 +150,10 @@ def _per_statement(rounds: list[dict[str, float]]) -> dict[str, float]:
 
 
 async def _agrees(database: Database, text: str) -> bool:
-    """Whether the scraped job counters equal a count of the whole table."""
+    """Whether the scraped job and run counters equal a count of the whole table."""
     async with database.connect() as conn:
         rows = (await conn.execute(sql.JOB_TOTALS)).mappings().all()
+        run_rows = (await conn.execute(sql.RUN_TOTALS)).mappings().all()
     expected = {
         (row["queue"], name): int(row[column])
         for row in rows
@@ -160,7 +170,23 @@ async def _agrees(database: Database, text: str) -> bool:
         for sample in family.samples
         if sample.name in {name for _, name in expected}
     }
-    return found == expected
+    runs_expected = {
+        (row["task"], status, name): int(row[column])
+        for row in run_rows
+        for status, name, column in (
+            *((s, "cronlock_task_runs_total", s) for s in RUN_STATUSES),
+            ("", "cronlock_task_consecutive_failures", "consecutive_failures"),
+            ("", "cronlock_task_duration_seconds_count", "duration_count"),
+            ("", "cronlock_task_lateness_seconds_count", "lateness_count"),
+        )
+    }
+    runs_found = {
+        (sample.labels["task"], sample.labels.get("status", ""), sample.name): int(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name in {name for _, _, name in runs_expected}
+    }
+    return found == expected and runs_found == runs_expected
 
 
 async def measure(
@@ -179,7 +205,9 @@ async def measure(
             try:
                 async with httpx.AsyncClient(timeout=120) as client:
                     first = []
-                    for _ in range(2):
+                    for index in range(4):
+                        if index == 2:  # the runs' noted id becomes their point after the lag
+                            await asyncio.sleep(FOLD_LAG.total_seconds() + 1)
                         start = time.perf_counter()
                         answer = await client.get(target)
                         first.append(round((time.perf_counter() - start) * 1000, 1))
@@ -203,7 +231,7 @@ async def measure(
         "seed_seconds": seed_seconds,
         "before (old statements, in process)": _summary(old_totals),
         "before, per statement (median ms)": _per_statement(old_rounds),
-        "first two scrapes after the upgrade (ms)": first,
+        "first four scrapes after the upgrade (ms)": first,
         "after (GET /metrics over HTTP)": _summary(times),
         "after, per statement (median ms)": _per_statement(new_rounds),
         "counters equal a count from scratch": agrees,
@@ -240,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  ({figures['min_ms']}..{figures['max_ms']}, n={figures['n']})"
         )
     print(
-        "first two scrapes after the upgrade:", result["first two scrapes after the upgrade (ms)"]
+        "first four scrapes after the upgrade:", result["first four scrapes after the upgrade (ms)"]
     )
     print("before, per statement:", result["before, per statement (median ms)"])
     print("after, per statement: ", result["after, per statement (median ms)"])

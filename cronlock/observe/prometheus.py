@@ -15,13 +15,16 @@ scrapes never both fold), plus the few jobs finished above its mark and the jobs
 twice). So pruning no longer lowers the job counters: a job counted stays counted, and
 ``cronlock_jobs{status="completed"}`` is the completed jobs ever, like
 ``cronlock_jobs_processed_total``; the gauge's other statuses are the rows in the table now.
+The periodic tasks' metrics likewise come from ``run_totals``, folded by run id (``fold_runs``),
+plus the runs above its mark and the chunked runs that were still running when folded; pruning
+runs lowers none of them either.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,6 +36,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import sql
@@ -41,7 +45,15 @@ from ..periodic import PeriodicTask, backlog
 from ..sql.tables import JOB_STATUSES, RUN_STATUSES
 from .serving import is_unserved, live_active
 
-__all__ = ["CONTENT_TYPE", "FOLD_LAG", "fold", "render_metrics", "scrape", "serve_metrics"]
+__all__ = [
+    "CONTENT_TYPE",
+    "FOLD_LAG",
+    "fold",
+    "fold_runs",
+    "render_metrics",
+    "scrape",
+    "serve_metrics",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -85,13 +97,15 @@ async def scrape(
     """Every cronlock metric, read from ``database`` now; ``periodic``, the app's tasks, gives
     the overdue gauge its schedules (``now``: the clock, unless a test says otherwise)."""
     await fold(database, now=now)
+    await fold_runs(database, now=now)
     now = now or datetime.now(UTC)
     async with database.connect() as conn:
+        await conn.execute(sql.METRICS_NO_JIT_LOCAL)  # for this transaction's reads
         counts = (await conn.execute(sql.JOB_COUNTS_OPEN)).mappings().all()
         due = (await conn.execute(sql.JOB_OLDEST_DUE)).mappings().all()
         totals = await _job_totals(conn)
         drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
-        tasks = (await conn.execute(sql.RUN_TOTALS)).mappings().all()
+        tasks = await _run_totals(conn)
         late = await backlog.overdue_by_task(conn, periodic, now)
         paused = [row.name for row in await conn.execute(sql.QUEUE_LIST) if row.paused_at]
 
@@ -241,6 +255,7 @@ async def fold(
     unless a test says otherwise; ``lag``: how far behind it a new pending point is chosen."""
     values = {"mark": sql.JOBS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
     async with database.connect() as conn, conn.begin():
+        await conn.execute(sql.METRICS_NO_JIT_LOCAL)
         mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
         if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
             # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
@@ -265,6 +280,67 @@ async def fold(
             sql.METRIC_MARK_MOVE, {"mark": sql.JOBS_MARK, "new_through": through, **new}
         )
     return through
+
+
+async def fold_runs(
+    database: Database, *, now: datetime | None = None, lag: timedelta = FOLD_LAG
+) -> int | None:
+    """Move the runs rollup forward (cronlock/sql/rollups.py), in a transaction of its own;
+    its mark's id after (None: another scrape holds it, and folds). ``now`` and ``lag`` as
+    ``fold``'s: a run id seen at one scrape becomes the pending point at the first scrape
+    ``lag`` later, and is folded to at the first after that whose waited-for transactions
+    have all ended."""
+    values: dict[str, Any] = {"mark": sql.RUNS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
+    async with database.connect() as conn, conn.begin():
+        await conn.execute(sql.METRICS_NO_JIT_LOCAL)
+        mark = (await conn.execute(sql.RUN_MARK_TAKE, values)).one_or_none()
+        if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
+            # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
+            # now, so this fold notes the first id.
+            await conn.execute(sql.METRIC_MARK_CREATE, values)
+            mark = (await conn.execute(sql.RUN_MARK_TAKE, values)).one_or_none()
+        if mark is None:
+            return None
+        through: int = mark.through_id
+        opened: list[int] = list(mark.open_ids)
+        pending: int | None = mark.pending_id
+        waiting: list[str] | None = mark.pending_xids
+        noted: int | None = mark.noted_id
+        noted_at: datetime | None = mark.noted_at
+        if pending is not None:
+            if not mark.ready:
+                return through  # a transaction the pending point waits for is still open
+            values = {"after": through, "through": pending, "open_ids": opened}
+            folded = (await conn.execute(sql.RUN_TOTALS_FOLD, values)).one()
+            through, opened, pending, waiting = pending, sorted(folded.running), None, None
+        if noted is not None and noted_at is not None and noted_at <= mark.candidate:
+            if noted > through:
+                pending, waiting = noted, list(mark.holders)
+            noted = noted_at = None
+        if noted is None and mark.newest is not None and mark.newest > through:
+            noted, noted_at = mark.newest, mark.clock
+        moved = {
+            "new_through_id": through,
+            "new_open_ids": opened,
+            "new_pending_id": pending,
+            "new_pending_xids": waiting,
+            "new_noted_id": noted,
+            "new_noted_at": noted_at,
+        }
+        await conn.execute(sql.RUN_MARK_MOVE, {"mark": sql.RUNS_MARK, **moved})
+    return through
+
+
+async def _run_totals(conn: AsyncConnection) -> Sequence[RowMapping]:
+    """Per task, the runs' totals (sql.RUN_TOTALS' columns): the rollup plus the runs above
+    its mark and the open ones, read again in the rare case a fold committed in between."""
+    while True:
+        marked = (await conn.execute(sql.RUN_MARK_GET, {"mark": sql.RUNS_MARK})).first()
+        through, opened = (marked.through_id, list(marked.open_ids)) if marked else (0, [])
+        values: dict[str, Any] = {"through": through, "open_ids": opened}
+        rows = (await conn.execute(sql.RUN_TOTALS_NOW, values)).mappings().all()
+        if all(row["mark"] in (None, through) for row in rows):
+            return rows
 
 
 async def _job_totals(conn: AsyncConnection) -> list[dict[str, Any]]:

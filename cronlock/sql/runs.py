@@ -300,7 +300,8 @@ _last_success = (
 )
 
 # Per task: runs by outcome, the last success, failures since it, and duration and lateness
-# histograms.
+# histograms, counted from the whole table: what the metrics' rollup (rollups.py,
+# RUN_TOTALS_NOW) must add up to while nothing is pruned.
 RUN_TOTALS = (
     select(
         runs.c.task,

@@ -70,6 +70,7 @@ __all__ = [
     "metadata",
     "metric_marks",
     "queues",
+    "run_totals",
     "runs",
     "workers",
 ]
@@ -370,11 +371,47 @@ job_totals = Table(
     ],
 )
 
-# How far each rollup has folded (migration 0011): one row per rollup (``jobs``). ``through``:
-# every finished job with completed_at at or before it is in the rollup. ``pending_through`` is
-# the next point the fold may move to, once every transaction of this database that held a
-# transaction id when it was chosen (``pending_xids``, "pid:xid" of pg_stat_activity) has
-# ended: a completion still uncommitted then may carry an earlier completed_at.
+# The metrics' rollup of finished runs (migration 0012): per task, what /metrics reports for
+# the runs folded in, keyed by runs.id (finished_at cannot be the key: a dead chunked run is
+# marked interrupted with the time it stopped, long after). Every run with id at or below the
+# runs mark's ``through_id`` is in it, but the ids in its ``open_ids`` (running when folded,
+# read live until they finish). ``last_success_at``: the latest started_at of a folded success;
+# ``failures_since``: the folded failures that started after it (the consecutive failures, so
+# far as the folded runs go). Counters, never lowered: pruning leaves a run counted.
+run_totals = Table(
+    "run_totals",
+    metadata,
+    Column("task", Text, primary_key=True),
+    *[
+        Column(status, BigInteger, nullable=False, server_default="0")
+        for status in RUN_STATUSES
+        if status != RunStatus.RUNNING.value
+    ],
+    Column("last_success_at", DateTime(timezone=True)),
+    Column("failures_since", BigInteger, nullable=False, server_default="0"),
+    *[
+        column
+        for measure in ("duration", "lateness")
+        for column in (
+            Column(f"{measure}_count", BigInteger, nullable=False, server_default="0"),
+            Column(f"{measure}_sum", Double, nullable=False, server_default="0"),
+            *[
+                Column(f"{measure}_le_{index}", BigInteger, nullable=False, server_default="0")
+                for index in range(len(LATENCY_BUCKETS))
+            ],
+        )
+    ],
+)
+
+# How far each rollup has folded (migration 0011): one row per rollup (``jobs``, ``runs``).
+# ``through``: every finished job with completed_at at or before it is in the rollup.
+# ``pending_through`` is the next point the fold may move to, once every transaction of this
+# database that held a transaction id when it was chosen (``pending_xids``, "pid:xid" of
+# pg_stat_activity) has ended: a completion still uncommitted then may carry an earlier
+# completed_at. The runs' rollup (migration 0012) counts by id instead: ``through_id``,
+# ``open_ids`` (see run_totals), ``pending_id`` (waiting on ``pending_xids`` as the jobs' point
+# does) and ``noted_id``, the newest run id seen at ``noted_at``, which becomes the pending
+# point once the lag has passed (rollups.py says why).
 metric_marks = Table(
     "metric_marks",
     metadata,
@@ -387,4 +424,9 @@ metric_marks = Table(
     ),
     Column("pending_through", DateTime(timezone=True)),
     Column("pending_xids", ARRAY(Text)),
+    Column("through_id", BigInteger, nullable=False, server_default="0"),
+    Column("open_ids", ARRAY(BigInteger), nullable=False, server_default=text("'{}'::bigint[]")),
+    Column("pending_id", BigInteger),
+    Column("noted_id", BigInteger),
+    Column("noted_at", DateTime(timezone=True)),
 )
