@@ -226,10 +226,12 @@ async def test_another_schema_end_to_end(empty_database: Database) -> None:
 async def test_max_seconds_stops_claiming_and_leaves_the_rest(
     database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COUNT_DELAY", "0.02")
+    # 200 jobs of 50 ms: 10 s of work, against a limit of 1.5 s that counts from the call and
+    # so covers the start-up too (with 0.2 s, a loaded machine's start-up once took it all).
+    monkeypatch.setenv("COUNT_DELAY", "0.05")
     await _enqueue(database, "count", [{"n": i} for i in range(200)])
     async with job_app(database) as app:
-        result = await app.drain(max_seconds=0.2)
+        result = await app.drain(max_seconds=1.5)
     processed = result.stats["processed"]
     assert 1 <= processed < 200
     assert result.status is RunStatus.COMPLETED
