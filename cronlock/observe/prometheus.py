@@ -96,16 +96,18 @@ async def scrape(
 ) -> list[Metric]:
     """Every cronlock metric, read from ``database`` now; ``periodic``, the app's tasks, gives
     the overdue gauge its schedules (``now``: the clock, unless a test says otherwise)."""
-    await fold(database, now=now)
-    await fold_runs(database, now=now)
-    now = now or datetime.now(UTC)
     async with database.connect() as conn:
+        async with conn.begin():  # both folds, one commit
+            await conn.execute(sql.METRICS_FOLD_LOCAL)
+            job_mark = await _fold_jobs(conn, now=now, lag=FOLD_LAG)
+            run_mark = await _fold_runs(conn, now=now, lag=FOLD_LAG)
+        now = now or datetime.now(UTC)
         await conn.execute(sql.METRICS_NO_JIT_LOCAL)  # for this transaction's reads
         counts = (await conn.execute(sql.JOB_COUNTS_OPEN)).mappings().all()
         due = (await conn.execute(sql.JOB_OLDEST_DUE)).mappings().all()
-        totals = await _job_totals(conn)
+        totals = await _job_totals(conn, job_mark)
         drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
-        tasks = await _run_totals(conn)
+        tasks = await _run_totals(conn, run_mark)
         late = await backlog.overdue_by_task(conn, periodic, now)
         paused = [row.name for row in await conn.execute(sql.QUEUE_LIST) if row.paused_at]
 
@@ -253,32 +255,37 @@ async def fold(
     """Move the jobs rollup forward (cronlock/sql/rollups.py), in a transaction of its own;
     its mark after (None: another scrape holds it, and folds). ``now``: the database's clock
     unless a test says otherwise; ``lag``: how far behind it a new pending point is chosen."""
-    values = {"mark": sql.JOBS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
     async with database.connect() as conn, conn.begin():
-        await conn.execute(sql.METRICS_NO_JIT_LOCAL)
+        await conn.execute(sql.METRICS_FOLD_LOCAL)
+        return await _fold_jobs(conn, now=now, lag=lag)
+
+
+async def _fold_jobs(
+    conn: AsyncConnection, *, now: datetime | None, lag: timedelta
+) -> datetime | None:
+    """``fold``'s work, in the caller's transaction."""
+    values = {"mark": sql.JOBS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
+    mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
+    if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
+        # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
+        # now, so this fold chooses the first point.
+        await conn.execute(sql.METRIC_MARK_CREATE, values)
         mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
-        if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
-            # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
-            # now, so this fold chooses the first point.
-            await conn.execute(sql.METRIC_MARK_CREATE, values)
-            mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
-        if mark is None:
-            return None
-        through: datetime = mark.through
-        pending: datetime | None = mark.pending_through
-        if pending is not None and not mark.ready:
-            return through  # a transaction the pending point waits for is still open
-        if pending is not None:
-            await conn.execute(sql.JOB_TOTALS_FOLD, {"after": through, "through": pending})
-            through = pending
-        candidate: datetime = mark.candidate
-        if candidate > through:
-            new = {"new_pending_through": candidate, "new_pending_xids": list(mark.holders)}
-        else:
-            new = {"new_pending_through": None, "new_pending_xids": None}
-        await conn.execute(
-            sql.METRIC_MARK_MOVE, {"mark": sql.JOBS_MARK, "new_through": through, **new}
-        )
+    if mark is None:
+        return None
+    through: datetime = mark.through
+    pending: datetime | None = mark.pending_through
+    if pending is not None and not mark.ready:
+        return through  # a transaction the pending point waits for is still open
+    if pending is not None:
+        await conn.execute(sql.JOB_TOTALS_FOLD, {"after": through, "through": pending})
+        through = pending
+    candidate: datetime = mark.candidate
+    if candidate > through:
+        new = {"new_pending_through": candidate, "new_pending_xids": list(mark.holders)}
+    else:
+        new = {"new_pending_through": None, "new_pending_xids": None}
+    await conn.execute(sql.METRIC_MARK_MOVE, {"mark": sql.JOBS_MARK, "new_through": through, **new})
     return through
 
 
@@ -290,68 +297,86 @@ async def fold_runs(
     ``fold``'s: a run id seen at one scrape becomes the pending point at the first scrape
     ``lag`` later, and is folded to at the first after that whose waited-for transactions
     have all ended."""
-    values: dict[str, Any] = {"mark": sql.RUNS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
     async with database.connect() as conn, conn.begin():
-        await conn.execute(sql.METRICS_NO_JIT_LOCAL)
+        await conn.execute(sql.METRICS_FOLD_LOCAL)
+        mark = await _fold_runs(conn, now=now, lag=lag)
+    return None if mark is None else mark[0]
+
+
+async def _fold_runs(
+    conn: AsyncConnection, *, now: datetime | None, lag: timedelta
+) -> tuple[int, list[int]] | None:
+    """``fold_runs``' work, in the caller's transaction; the mark after (its id, its open
+    ids), None if another scrape holds it."""
+    values: dict[str, Any] = {"mark": sql.RUNS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
+    mark = (await conn.execute(sql.RUN_MARK_TAKE, values)).one_or_none()
+    if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
+        # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
+        # now, so this fold notes the first id.
+        await conn.execute(sql.METRIC_MARK_CREATE, values)
         mark = (await conn.execute(sql.RUN_MARK_TAKE, values)).one_or_none()
-        if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
-            # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
-            # now, so this fold notes the first id.
-            await conn.execute(sql.METRIC_MARK_CREATE, values)
-            mark = (await conn.execute(sql.RUN_MARK_TAKE, values)).one_or_none()
-        if mark is None:
-            return None
-        through: int = mark.through_id
-        opened: list[int] = list(mark.open_ids)
-        pending: int | None = mark.pending_id
-        waiting: list[str] | None = mark.pending_xids
-        noted: int | None = mark.noted_id
-        noted_at: datetime | None = mark.noted_at
-        if pending is not None:
-            if not mark.ready:
-                return through  # a transaction the pending point waits for is still open
-            values = {"after": through, "through": pending, "open_ids": opened}
-            folded = (await conn.execute(sql.RUN_TOTALS_FOLD, values)).one()
-            through, opened, pending, waiting = pending, sorted(folded.running), None, None
-        if noted is not None and noted_at is not None and noted_at <= mark.candidate:
-            if noted > through:
-                pending, waiting = noted, list(mark.holders)
-            noted = noted_at = None
-        if noted is None and mark.newest is not None and mark.newest > through:
-            noted, noted_at = mark.newest, mark.clock
-        moved = {
-            "new_through_id": through,
-            "new_open_ids": opened,
-            "new_pending_id": pending,
-            "new_pending_xids": waiting,
-            "new_noted_id": noted,
-            "new_noted_at": noted_at,
-        }
-        await conn.execute(sql.RUN_MARK_MOVE, {"mark": sql.RUNS_MARK, **moved})
-    return through
+    if mark is None:
+        return None
+    through: int = mark.through_id
+    opened: list[int] = list(mark.open_ids)
+    pending: int | None = mark.pending_id
+    waiting: list[str] | None = mark.pending_xids
+    noted: int | None = mark.noted_id
+    noted_at: datetime | None = mark.noted_at
+    if pending is not None:
+        if not mark.ready:
+            return through, opened  # a transaction the pending point waits for is open
+        values = {"after": through, "through": pending, "open_ids": opened}
+        folded = (await conn.execute(sql.RUN_TOTALS_FOLD, values)).one()
+        through, opened, pending, waiting = pending, sorted(folded.running), None, None
+    if noted is not None and noted_at is not None and noted_at <= mark.candidate:
+        if noted > through:
+            pending, waiting = noted, list(mark.holders)
+        noted = noted_at = None
+    if noted is None and mark.newest is not None and mark.newest > through:
+        noted, noted_at = mark.newest, mark.clock
+    moved = {
+        "new_through_id": through,
+        "new_open_ids": opened,
+        "new_pending_id": pending,
+        "new_pending_xids": waiting,
+        "new_noted_id": noted,
+        "new_noted_at": noted_at,
+    }
+    await conn.execute(sql.RUN_MARK_MOVE, {"mark": sql.RUNS_MARK, **moved})
+    return through, opened
 
 
-async def _run_totals(conn: AsyncConnection) -> Sequence[RowMapping]:
+async def _run_totals(
+    conn: AsyncConnection, mark: tuple[int, list[int]] | None
+) -> Sequence[RowMapping]:
     """Per task, the runs' totals (sql.RUN_TOTALS' columns): the rollup plus the runs above
-    its mark and the open ones, read again in the rare case a fold committed in between."""
+    its ``mark`` (as this scrape's fold left it; None: read it) and the open ones, read again
+    in the rare case another fold committed since."""
     while True:
-        marked = (await conn.execute(sql.RUN_MARK_GET, {"mark": sql.RUNS_MARK})).first()
-        through, opened = (marked.through_id, list(marked.open_ids)) if marked else (0, [])
+        if mark is None:
+            marked = (await conn.execute(sql.RUN_MARK_GET, {"mark": sql.RUNS_MARK})).first()
+            mark = (marked.through_id, list(marked.open_ids)) if marked else (0, [])
+        through, opened = mark
         values: dict[str, Any] = {"through": through, "open_ids": opened}
         rows = (await conn.execute(sql.RUN_TOTALS_NOW, values)).mappings().all()
         if all(row["mark"] in (None, through) for row in rows):
             return rows
+        mark = None
 
 
-async def _job_totals(conn: AsyncConnection) -> list[dict[str, Any]]:
-    """Per queue, the jobs' counters: the rollup plus the jobs above its mark plus the open
-    jobs, read again in the rare case a fold committed between reading the mark and them."""
+async def _job_totals(conn: AsyncConnection, through: datetime | None) -> list[dict[str, Any]]:
+    """Per queue, the jobs' counters: the rollup plus the jobs above its mark ``through`` (as
+    this scrape's fold left it; None: read it) plus the open jobs, read again in the rare case
+    another fold committed since."""
     while True:
-        marked = await conn.execute(sql.METRIC_MARK_GET, {"mark": sql.JOBS_MARK})
-        through = marked.scalar_one_or_none() or _NO_MARK
+        if through is None:
+            marked = await conn.execute(sql.METRIC_MARK_GET, {"mark": sql.JOBS_MARK})
+            through = marked.scalar_one_or_none() or _NO_MARK
         parts = (await conn.execute(sql.JOB_TOTALS_NOW, {"through": through})).mappings().all()
         if all(part["mark"] in (None, through) for part in parts):
             return _add_up(parts)
+        through = None
 
 
 # The mark before any fold (the migration's default): every finished job lies above it.
