@@ -3,8 +3,9 @@
 A scrape must not read the whole history: ``job_totals`` holds, per queue, the counters and the
 latency histogram of every finished job with ``completed_at`` at or before the jobs mark's
 ``through``; a scrape reads it, plus the jobs above the mark (a range of ix_jobs_finished),
-plus the retries and snoozes of the jobs still open (ix_jobs_open), all in one statement, so
-one snapshot (JOB_TOTALS_NOW). The scrape moves the mark itself (observe/prometheus.py):
+plus the retries and snoozes of the jobs still open (ix_jobs_claim, ix_jobs_processing), all
+in one statement, so one snapshot (JOB_TOTALS_NOW). The scrape moves the mark itself
+(observe/prometheus.py):
 
 1. METRIC_MARK_TAKE locks the mark row with SKIP LOCKED (a concurrent scrape folds nothing and
    reads what was there) and says whether its pending point is ready.
@@ -51,7 +52,13 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..outcome import JOB_FINISHED_STATUSES, RUN_SUCCESS_STATUSES, JobStatus, RunStatus
+from ..outcome import (
+    JOB_FINISHED_STATUSES,
+    JOB_WAITING_STATUSES,
+    RUN_SUCCESS_STATUSES,
+    JobStatus,
+    RunStatus,
+)
 from .histograms import LATENCY_BUCKETS, buckets
 from .jobs import _job_latency, _snoozed, _snoozes
 from .tables import RUN_STATUSES, job_totals, jobs, metric_marks, run_totals, runs
@@ -154,15 +161,14 @@ METRIC_MARK_MOVE = (
 
 _COMPLETED: ColumnElement[str] = literal_column(repr(JobStatus.COMPLETED.value))
 _FINISHED = jobs.c.status.in_([literal_column(repr(s.value)) for s in JOB_FINISHED_STATUSES])
-# Open jobs: not finished (no completed_at); their retries and snoozes count already. The
-# status test lets the scan be one of ix_jobs_open (status <> 'completed'), reading in the
-# heap only the jobs not failed or cancelled.
-_OPEN = jobs.c.status.in_(
-    [
-        literal_column(repr(s.value))
-        for s in (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.PROCESSING)
-    ]
-)
+# Open jobs: not finished (a status that is not; no open status ever has a completed_at);
+# their retries and snoozes count already. Read in two parts, each the whole of a small partial
+# index (constants, so the planner proves the predicates): the waiting jobs from ix_jobs_claim
+# and the lease mode's running ones from ix_jobs_processing. ix_jobs_open holds them too, but
+# its status is its second column, so a scan of it reads the failed and cancelled jobs' entries
+# as well (7 ms of 10,300 open among 25,750 entries, against 1.7 ms).
+_WAITING_NOW = jobs.c.status.in_([literal_column(repr(s.value)) for s in JOB_WAITING_STATUSES])
+_PROCESSING_NOW = jobs.c.status == literal_column(repr(JobStatus.PROCESSING.value))
 _le_count = len(LATENCY_BUCKETS)
 # How many bounds the latency is at or under: width_bucket over the negated bounds, ascending,
 # counts the bounds b with -b <= -latency. One expression a row instead of one FILTER a bound;
@@ -234,19 +240,25 @@ _above = bindparam("through", type_=_moment)
 # lie above it and reads them from ix_jobs_finished (against a subquery's value it plans a
 # scan of the whole table).
 _live = _finished_totals(jobs.c.completed_at > _above).add_columns(null().label("mark"))
-_open = (
-    select(
-        jobs.c.queue,
-        *[literal(0).label(name) for name in ("completed", "failed", "cancelled")],
-        func.coalesce(func.sum(jobs.c.retry_count), 0).label("retries"),
-        func.coalesce(func.sum(_snoozes).filter(_snoozed), 0).label("snoozes"),
-        literal(0.0).label("latency_sum"),
-        *[literal(0).label(f"le_{index}") for index in range(_le_count)],
-        null().label("mark"),
+
+
+def _open_totals(where: ColumnElement[bool]) -> Select[Any]:
+    """Per queue, the retries and snoozes of the open jobs that match ``where``."""
+    return (
+        select(
+            jobs.c.queue,
+            *[literal(0).label(name) for name in ("completed", "failed", "cancelled")],
+            func.coalesce(func.sum(jobs.c.retry_count), 0).label("retries"),
+            func.coalesce(func.sum(_snoozes).filter(_snoozed), 0).label("snoozes"),
+            literal(0.0).label("latency_sum"),
+            *[literal(0).label(f"le_{index}") for index in range(_le_count)],
+            null().label("mark"),
+        )
+        .where(where)
+        .group_by(jobs.c.queue)
     )
-    .where(jobs.c.status != _COMPLETED, _OPEN, jobs.c.completed_at.is_(None))
-    .group_by(jobs.c.queue)
-)
+
+
 _rolled = select(
     job_totals.c.queue,
     *[job_totals.c[name] for name in _counters],
@@ -254,10 +266,10 @@ _rolled = select(
 )
 
 # Per queue, what /metrics reports of the jobs: rows to add up, one of the rollup, one of the
-# jobs above :through, one of the open jobs. One statement, so one snapshot: the rollup's rows
-# carry the mark they were folded to, and a caller whose :through is not that mark (a fold
-# committed in between) reads again.
-JOB_TOTALS_NOW = _rolled.union_all(_live, _open)
+# jobs above :through, two of the open jobs (waiting, running). One statement, so one
+# snapshot: the rollup's rows carry the mark they were folded to, and a caller whose :through
+# is not that mark (a fold committed in between) reads again.
+JOB_TOTALS_NOW = _rolled.union_all(_live, _open_totals(_WAITING_NOW), _open_totals(_PROCESSING_NOW))
 
 
 # -- runs ---------------------------------------------------------------------------------
