@@ -36,8 +36,9 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from sqlalchemy import RowMapping
+from sqlalchemy import Row, RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
 
 from .. import sql
 from ..database import Database
@@ -260,17 +261,25 @@ async def fold(
         return await _fold_jobs(conn, now=now, lag=lag)
 
 
+async def _take_mark(
+    conn: AsyncConnection, take: Executable, values: dict[str, Any]
+) -> Row[Any] | None:
+    """The mark row ``take`` locks (None: another scrape holds it). With no row (its migration
+    writes it; a TRUNCATE of cronlock's tables takes it) one is made now, so this fold chooses
+    its first point."""
+    mark = (await conn.execute(take, values)).one_or_none()
+    if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
+        await conn.execute(sql.METRIC_MARK_CREATE, values)
+        mark = (await conn.execute(take, values)).one_or_none()
+    return mark
+
+
 async def _fold_jobs(
     conn: AsyncConnection, *, now: datetime | None, lag: timedelta
 ) -> datetime | None:
     """``fold``'s work, in the caller's transaction."""
     values = {"mark": sql.JOBS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
-    mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
-    if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
-        # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
-        # now, so this fold chooses the first point.
-        await conn.execute(sql.METRIC_MARK_CREATE, values)
-        mark = (await conn.execute(sql.METRIC_MARK_TAKE, values)).one_or_none()
+    mark = await _take_mark(conn, sql.METRIC_MARK_TAKE, values)
     if mark is None:
         return None
     through: datetime = mark.through
@@ -309,12 +318,7 @@ async def _fold_runs(
     """``fold_runs``' work, in the caller's transaction; the mark after (its id, its open
     ids), None if another scrape holds it."""
     values: dict[str, Any] = {"mark": sql.RUNS_MARK, "now": now, "lag_seconds": lag.total_seconds()}
-    mark = (await conn.execute(sql.RUN_MARK_TAKE, values)).one_or_none()
-    if mark is None and (await conn.execute(sql.METRIC_MARK_GET, values)).first() is None:
-        # No row (its migration writes it; a TRUNCATE of cronlock's tables takes it): one
-        # now, so this fold notes the first id.
-        await conn.execute(sql.METRIC_MARK_CREATE, values)
-        mark = (await conn.execute(sql.RUN_MARK_TAKE, values)).one_or_none()
+    mark = await _take_mark(conn, sql.RUN_MARK_TAKE, values)
     if mark is None:
         return None
     through: int = mark.through_id
