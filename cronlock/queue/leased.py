@@ -167,10 +167,8 @@ class LeasedLanes(Lanes):
                 self._next_due.sql, *self._next_due.args(queue=self.queue, now=now)
             )
             lane.next_due = None if seconds is None else float(seconds)
-        if len(rows) > 1:  # UPDATE … RETURNING keeps no order: the claim's is priority, due
-            rows = sorted(rows, key=lambda r: (-r[7], r[8]))
         claimed: list[Job] = []
-        for id, kind, payload, retries, most, created, attempt, _, _, started_at in rows:
+        for id, kind, payload, retries, most, created, attempt, started_at in rows:  # in order
             claimed.append(Job(id, kind, _decode(payload)[0], retries, most, created, started_at))
             held[id] = attempt
         batched: list[Attempt] = []
@@ -388,10 +386,12 @@ class LeasedLanes(Lanes):
         now = self._db_now()
         if all(isinstance(o, Success) for o in outcomes):
             statement = self._complete_many
+            results = [cast(Success, o).result for o in outcomes]
             args = statement.args(
                 ids=list(attempts),
                 attempts=list(attempts.values()),
-                results=[cast(Success, o).result for o in outcomes],
+                # NULL: every result is, and the statement need not look them up.
+                results=results if any(r is not None for r in results) else None,
                 worker=self.owner,
                 now=now,
             )

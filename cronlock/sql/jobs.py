@@ -39,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BIT, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import ColumnElement, Grouping
 
 from ..locks import namespace_key
 from ..outcome import JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
@@ -477,11 +477,15 @@ _lease_claimed = (
 
 # Claim due jobs of :queue for :worker and commit it (one statement, its own transaction). The
 # CTE is MATERIALIZED so the LIMIT is applied once whatever the plan (the nested-loop trap Oban's
-# comment describes). The rows come back in no particular order: the caller sorts them by
-# priority and run_at. started_at is when the database handed the job out.
-JOB_LEASE_CLAIM = (
+# comment describes). The UPDATE finds the claimed rows by ``id = ANY(ARRAY(SELECT id FROM
+# claimed))``, an index condition on pk_jobs, not by a join with the CTE: the join's estimate
+# grows with the LIMIT, and at a few hundred rows the planner hashed a sequential scan of the
+# whole table for it (6.9 of a 500-row claim's 20.9 ms; BENCHMARKS.md, the lease drain). The
+# rows come back in claim order (priority, then due time), sorted by the database: UPDATE …
+# RETURNING keeps none. started_at is when the database handed the job out.
+_lease_taken = (
     update(jobs)
-    .where(jobs.c.id == _lease_claimed.c.id)
+    .where(jobs.c.id == any_(func.array(select(_lease_claimed.c.id).scalar_subquery())))
     .values(
         status=literal_column("'processing'"),
         owner=_owner,
@@ -497,37 +501,50 @@ JOB_LEASE_CLAIM = (
         jobs.c.max_retries,
         jobs.c.created_at,
         jobs.c.attempt,
+        jobs.c.started_at,  # the claim's time on the database's clock: Job.claimed_at
         jobs.c.priority,
         jobs.c.run_at,
-        jobs.c.started_at,  # the claim's time on the database's clock: Job.claimed_at
     )
+    .cte("taken")
 )
+JOB_LEASE_CLAIM = select(
+    _lease_taken.c.id,
+    _lease_taken.c.job_type,
+    _lease_taken.c.payload,
+    _lease_taken.c.retry_count,
+    _lease_taken.c.max_retries,
+    _lease_taken.c.created_at,
+    _lease_taken.c.attempt,
+    _lease_taken.c.started_at,
+).order_by(_lease_taken.c.priority.desc(), _lease_taken.c.run_at)
 
-_lease_successes = (
-    func.unnest(
-        bindparam("ids", type_=ARRAY(Uuid)),
-        bindparam("attempts", type_=ARRAY(Integer)),
-        bindparam("results", type_=ARRAY(Text)),
-    )
-    .table_valued("id", "attempt", "result")
-    .render_derived()
-)
 # The fencing guard: still running, still this owner's, still this claim.
 _fenced_to = and_(_PROCESSING, jobs.c.owner == _owner)
 
+_completed_ids = bindparam("ids", type_=ARRAY(Uuid))
+# Where a row's id sits in :ids, and so its attempt in :attempts and its result in :results.
+_position = func.array_position(_completed_ids, jobs.c.id)
+
 # Successes of one worker (:worker) in one statement; returns the ids it completed (the others were
-# fenced: their job was returned and claimed again since).
+# fenced: their job was returned and claimed again since). No join: the rows are found by
+# ``id = ANY(:ids)`` and each one's attempt and result read from the arrays at its id's position
+# (array_position, a scan of :ids in C: about 1 ms at 500 ids). An UPDATE … FROM unnest(…)
+# joined to the arrays instead, and its generic plan (a prepared statement's from its sixth
+# run), which guesses 10 rows for the unnest and 1 for the owner's running jobs, rescanned the
+# whole unnest once per job: 250,000 join-filter rows and 68 of a 75 ms completion of 500, the
+# lease mode's slowdown at large batches (BENCHMARKS.md, the lease drain). :results NULL (the
+# batch's handlers all returned None) writes NULL without the second lookup.
 JOB_LEASE_COMPLETE_MANY = (
     update(jobs)
     .where(
-        jobs.c.id == cast(_lease_successes.c.id, Uuid),
+        jobs.c.id == any_(_completed_ids),
         _fenced_to,
-        jobs.c.attempt == cast(_lease_successes.c.attempt, Integer),
+        jobs.c.attempt == Grouping(bindparam("attempts", type_=ARRAY(Integer)))[_position],
     )
     .values(
         status=literal_column("'completed'"),
         next_retry_at=null(),
-        result=cast(_lease_successes.c.result, JSONB),
+        result=cast(Grouping(bindparam("results", type_=ARRAY(Text)))[_position], JSONB),
         completed_at=_DB_CLOCK,
     )
     .returning(jobs.c.id)

@@ -19,7 +19,7 @@ from sqlalchemy import Uuid, cast, func, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from waiting import eventually
 
-from cronlock import App, Database, RunStatus, sql
+from cronlock import App, Database, RunStatus, pg, sql
 from cronlock.queue.drainer import Drainer
 from cronlock.queue.liveness import owner_key
 from cronlock.sql.tables import jobs
@@ -411,3 +411,56 @@ async def test_an_abort_hands_the_jobs_in_flight_back_counted_once(database: Dat
         row = await _row(database, job)
     assert (result.stats["rolled_back"], result.stats["handed_back"]) == (0, 1)
     assert (row["status"], row["retry_count"]) == ("pending", 0)
+
+
+async def test_a_batched_completion_matches_each_job_by_owner_and_its_own_attempt(
+    database: Database,
+) -> None:
+    """JOB_LEASE_COMPLETE_MANY reads each row's attempt and result from the arrays at its id's
+    position: a job of another owner or of another attempt is left as it is (fenced), the
+    others get their own results; with :results NULL every result is NULL."""
+    worker, other = uuid.uuid4(), uuid.uuid4()
+    owners, attempts = [worker, worker, worker, other, worker], [1, 2, 3, 1, 1]
+    ids = [uuid.uuid4() for _ in owners]
+    async with database.engine.begin() as conn:
+        for job_id, owner, attempt in zip(ids, owners, attempts, strict=True):
+            await conn.execute(
+                jobs.insert().values(
+                    id=job_id,
+                    job_type="noop",
+                    payload={},
+                    status="processing",
+                    owner=owner,
+                    attempt=attempt,
+                )
+            )
+    statement = pg.AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, database.schema)
+    async with database.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert raw is not None
+        # The third is sent with a stale attempt, the fourth is another owner's.
+        done = await raw.fetch(
+            statement.sql,
+            *statement.args(
+                ids=ids[:4],
+                attempts=[1, 2, 2, 1],
+                results=['{"x": 1}', None, '"s"', "2"],
+                worker=worker,
+                now=None,
+            ),
+        )
+        assert {row[0] for row in done} == {ids[0], ids[1]}
+        done = await raw.fetch(
+            statement.sql,
+            *statement.args(ids=[ids[4]], attempts=[1], results=None, worker=worker, now=None),
+        )
+        assert [row[0] for row in done] == [ids[4]]
+    rows = {row["id"]: row for row in await job_rows(database)}
+    assert [rows[i]["status"] for i in ids] == [
+        "completed",
+        "completed",
+        "processing",
+        "processing",
+        "completed",
+    ]
+    assert [rows[i]["result"] for i in ids] == [{"x": 1}, None, None, None, None]
