@@ -36,11 +36,9 @@ import asyncpg
 import httpx
 
 import cronlock
-from cronlock import schema
-from cronlock.database import Database
 
 from .run import DEFAULT_SERVER, write_check
-from .scratch import scratch_database
+from .scratch import scratch_database, with_schema
 
 __all__ = ["app", "main", "measure"]
 
@@ -133,22 +131,24 @@ def _free_port() -> int:
         return port
 
 
+async def seed_tables(conn: asyncpg.Connection, jobs: int, runs: int) -> None:
+    """cronlock's schema (migrated already) filled with ``jobs`` jobs and ``runs`` runs as the
+    module docstring says, then VACUUM ANALYZE, as autovacuum would have done."""
+    hourly = max(1, runs // 1000)
+    minutely = runs - hourly
+    while minutely + len(range(50, minutely + 1, 50)) > runs - hourly:
+        minutely -= 1  # a skip beside every 50th minutely slot: N rows in all
+    await conn.execute(SEED_JOBS, jobs)
+    await conn.execute(SEED_RUNS, minutely, hourly)
+    await conn.execute("VACUUM ANALYZE cronlock.jobs")
+    await conn.execute("VACUUM ANALYZE cronlock.runs")
+
+
 async def _seed(url: str, jobs: int, runs: int) -> tuple[int, int, str]:
-    database = Database(url)
-    try:
-        await schema.upgrade(database)
-    finally:
-        await database.dispose()
+    await with_schema(url)
     conn = await asyncpg.connect(url)
     try:
-        hourly = max(1, runs // 1000)
-        minutely = runs - hourly
-        while minutely + len(range(50, minutely + 1, 50)) > runs - hourly:
-            minutely -= 1  # a skip beside every 50th minutely slot: N rows in all
-        await conn.execute(SEED_JOBS, jobs)
-        await conn.execute(SEED_RUNS, minutely, hourly)
-        await conn.execute("VACUUM ANALYZE cronlock.jobs")
-        await conn.execute("VACUUM ANALYZE cronlock.runs")
+        await seed_tables(conn, jobs, runs)
         counts = await conn.fetchrow(COUNT)
         failed = await conn.fetchval(A_FAILED_JOB)
         assert counts is not None

@@ -40,11 +40,9 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import cronlock
-from cronlock import schema
-from cronlock.database import Database
 
 from .run import DEFAULT_SERVER, machine, write_check
-from .scratch import scratch_database
+from .scratch import scratch_database, with_schema
 from .stats import percentile
 
 __all__ = ["app", "main", "measure"]
@@ -186,11 +184,7 @@ async def measure(
     server: str, *, kills: int, job_seconds: float, shared: bool, backlog: int = 6
 ) -> dict[str, Any]:
     async with scratch_database(server, "lease_sigkill") as url:
-        database = Database(url)
-        try:
-            await schema.upgrade(database)
-        finally:
-            await database.dispose()
+        await with_schema(url)
         conn = await asyncpg.connect(url)
         workers = Workers(url, shared, job_seconds)
         records: list[dict[str, Any]] = []

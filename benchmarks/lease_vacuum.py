@@ -55,7 +55,7 @@ from cronlock import schema
 from cronlock.database import Database
 
 from .run import DEFAULT_SERVER, machine, write_check
-from .scratch import scratch_database
+from .scratch import scratch_database, with_schema
 
 __all__ = ["main", "measure_idle", "measure_vacuum"]
 
@@ -235,11 +235,7 @@ async def measure_vacuum(
 ) -> dict[str, Any]:
     """One ``vacuum`` case (see the module docstring)."""
     async with scratch_database(server, "lease_vacuum") as url:
-        database = Database(url)
-        try:
-            await schema.upgrade(database)
-        finally:
-            await database.dispose()
+        await with_schema(url)
         conn = await asyncpg.connect(url)
         long_app, short_app, events = _apps(url, long_seconds)
         sampler = Sampler(url, sample_interval)

@@ -44,15 +44,15 @@ import asyncpg
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from cronlock import schema, sql
+from cronlock import sql
 from cronlock.database import Database
 from cronlock.observe.prometheus import FOLD_LAG, fold, fold_runs, serve_metrics
 from cronlock.periodic import backlog
 from cronlock.sql.tables import RUN_STATUSES
 
-from .dashboard_overview import SEED_JOBS, SEED_RUNS, app
+from .dashboard_overview import app, seed_tables
 from .run import DEFAULT_SERVER, write_check
-from .scratch import scratch_database
+from .scratch import scratch_database, with_schema
 
 __all__ = ["main", "measure"]
 
@@ -65,21 +65,10 @@ FROM cronlock.jobs
 
 
 async def _seed(url: str, jobs: int, runs: int) -> dict[str, int]:
-    database = Database(url)
-    try:
-        await schema.upgrade(database)
-    finally:
-        await database.dispose()
+    await with_schema(url)
     conn = await asyncpg.connect(url)
     try:
-        hourly = max(1, runs // 1000)
-        minutely = runs - hourly
-        while minutely + len(range(50, minutely + 1, 50)) > runs - hourly:
-            minutely -= 1  # a skip beside every 50th minutely slot: N rows in all
-        await conn.execute(SEED_JOBS, jobs)
-        await conn.execute(SEED_RUNS, minutely, hourly)
-        await conn.execute("VACUUM ANALYZE cronlock.jobs")
-        await conn.execute("VACUUM ANALYZE cronlock.runs")
+        await seed_tables(conn, jobs, runs)
         row = await conn.fetchrow(COUNT)
         assert row is not None
         return {"finished_jobs": row[0], "open_jobs": row[1], "runs": row[2]}

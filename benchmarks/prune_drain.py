@@ -31,11 +31,9 @@ from typing import Any
 import asyncpg
 
 import cronlock
-from cronlock import schema
-from cronlock.database import Database
 
 from .run import DEFAULT_SERVER, write_check
-from .scratch import scratch_database
+from .scratch import scratch_database, with_schema
 
 __all__ = ["main", "measure"]
 
@@ -91,11 +89,7 @@ async def measure(
     server: str, rows: int, jobs: int, mode: str, baseline: float, after: float
 ) -> dict[str, Any]:
     async with scratch_database(server, "prune_drain") as url:
-        database = Database(url)
-        try:
-            await schema.upgrade(database)
-        finally:
-            await database.dispose()
+        await with_schema(url)
         conn = await asyncpg.connect(url)
         try:
             started = time.perf_counter()

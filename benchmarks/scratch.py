@@ -13,7 +13,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-__all__ = ["database_url", "scratch_database"]
+from cronlock import schema
+from cronlock.database import Database
+
+__all__ = ["database_url", "scratch_database", "with_schema"]
 
 
 def database_url(server_url: str, name: str) -> str:
@@ -46,3 +49,12 @@ async def scratch_database(server_url: str, prefix: str = "bench") -> AsyncItera
             await admin.execute("DROP DATABASE IF EXISTS " + _quoted(name) + " WITH (FORCE)")
         finally:
             await admin.close()
+
+
+async def with_schema(url: str) -> None:
+    """cronlock's schema, migrated to the newest revision, in the database of ``url``."""
+    database = Database(url)
+    try:
+        await schema.upgrade(database)
+    finally:
+        await database.dispose()
