@@ -53,14 +53,21 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..outcome import (
-    JOB_FINISHED_STATUSES,
-    JOB_WAITING_STATUSES,
-    RUN_SUCCESS_STATUSES,
     JobStatus,
     RunStatus,
 )
 from .histograms import LATENCY_BUCKETS, buckets
-from .jobs import _job_latency, _snoozed, _snoozes
+from .jobs import (
+    _FINISHED,
+    _PROCESSING,
+    _SECOND,
+    _STATEMENT_CLOCK,
+    _WAITING,
+    _job_latency,
+    _snoozed,
+    _snoozes,
+)
+from .runs import _did_work
 from .tables import RUN_STATUSES, job_totals, jobs, metric_marks, run_totals, runs
 
 __all__ = [
@@ -118,8 +125,8 @@ _holders_now = (
 )
 _pending_still_held = exists().where(*_holding, _holder == func.any(metric_marks.c.pending_xids))
 _moment = metric_marks.c.through.type
-_now = func.coalesce(bindparam("now", type_=_moment), func.statement_timestamp())
-_lag = cast(bindparam("lag_seconds", type_=Double), Double) * literal_column("interval '1 second'")
+_now = _STATEMENT_CLOCK
+_lag = cast(bindparam("lag_seconds", type_=Double), Double) * _SECOND
 
 # The mark of :name, locked, unless another scrape holds it (then no row: it folds, this one
 # only reads). ``ready``: every transaction its pending point waits for has ended. ``candidate``
@@ -160,15 +167,6 @@ METRIC_MARK_MOVE = (
 )
 
 _COMPLETED: ColumnElement[str] = literal_column(repr(JobStatus.COMPLETED.value))
-_FINISHED = jobs.c.status.in_([literal_column(repr(s.value)) for s in JOB_FINISHED_STATUSES])
-# Open jobs: not finished (a status that is not; no open status ever has a completed_at);
-# their retries and snoozes count already. Read in two parts, each the whole of a small partial
-# index (constants, so the planner proves the predicates): the waiting jobs from ix_jobs_claim
-# and the lease mode's running ones from ix_jobs_processing. ix_jobs_open holds them too, but
-# its status is its second column, so a scan of it reads the failed and cancelled jobs' entries
-# as well (7 ms of 10,300 open among 25,750 entries, against 1.7 ms).
-_WAITING_NOW = jobs.c.status.in_([literal_column(repr(s.value)) for s in JOB_WAITING_STATUSES])
-_PROCESSING_NOW = jobs.c.status == literal_column(repr(JobStatus.PROCESSING.value))
 _le_count = len(LATENCY_BUCKETS)
 # How many bounds the latency is at or under: width_bucket over the negated bounds, ascending,
 # counts the bounds b with -b <= -latency. One expression a row instead of one FILTER a bound;
@@ -242,6 +240,12 @@ _above = bindparam("through", type_=_moment)
 _live = _finished_totals(jobs.c.completed_at > _above).add_columns(null().label("mark"))
 
 
+# Open jobs (jobs.py's _WAITING and _PROCESSING): not finished (no open status ever has a
+# completed_at); their retries and snoozes count already. Read in two parts, each the whole
+# of a small partial index (constants, so the planner proves the predicates): the waiting jobs
+# from ix_jobs_claim and the lease mode's running ones from ix_jobs_processing. ix_jobs_open
+# holds them too, but its status is its second column, so a scan of it reads the failed and
+# cancelled jobs' entries as well (7 ms of 10,300 open among 25,750 entries, against 1.7 ms).
 def _open_totals(where: ColumnElement[bool]) -> Select[Any]:
     """Per queue, the retries and snoozes of the open jobs that match ``where``."""
     return (
@@ -269,7 +273,7 @@ _rolled = select(
 # jobs above :through, two of the open jobs (waiting, running). One statement, so one
 # snapshot: the rollup's rows carry the mark they were folded to, and a caller whose :through
 # is not that mark (a fold committed in between) reads again.
-JOB_TOTALS_NOW = _rolled.union_all(_live, _open_totals(_WAITING_NOW), _open_totals(_PROCESSING_NOW))
+JOB_TOTALS_NOW = _rolled.union_all(_live, _open_totals(_WAITING), _open_totals(_PROCESSING))
 
 
 # -- runs ---------------------------------------------------------------------------------
@@ -286,9 +290,6 @@ JOB_TOTALS_NOW = _rolled.union_all(_live, _open_totals(_WAITING_NOW), _open_tota
 
 RUNS_MARK = "runs"
 
-_did_work_of: list[ColumnElement[str]] = [
-    literal_column(repr(s.value)) for s in RUN_SUCCESS_STATUSES
-]
 _RUNNING: ColumnElement[str] = literal_column(repr(RunStatus.RUNNING.value))
 _FAILED: ColumnElement[str] = literal_column(repr(RunStatus.FAILED.value))
 _FOLDED_STATUSES = [s for s in RUN_STATUSES if s != RunStatus.RUNNING.value]
@@ -360,7 +361,7 @@ def _runs_with_latest_success(*where: ColumnElement[bool]) -> Any:
             runs.c.finished_at,
             runs.c.lateness_ms,
             func.max(runs.c.started_at)
-            .filter(runs.c.status.in_(_did_work_of))
+            .filter(_did_work)
             .over(partition_by=runs.c.task)
             .label("latest"),
         )
