@@ -519,6 +519,7 @@ class LeaseMode:
             owner=owner,
         )
         self.lanes: LeasedLanes | None = None
+        self._handed_back = False  # the drainer's stop did it: close() need not again
         self.sweeper: Sweeper | None = None
 
     async def hold(self) -> uuid.UUID:
@@ -562,8 +563,9 @@ class LeaseMode:
 
     async def hand_back(self) -> None:
         """Hand back what this worker still holds (an abort, a failed lane): due again, no
-        attempt charged, counted as handed back. Once: a second call finds nothing."""
-        if self.lanes is None:
+        attempt charged, counted as handed back. Once: after one that reached the database,
+        a second call (``close`` after the drainer's stop) does nothing."""
+        if self.lanes is None or self._handed_back:
             return
         with contextlib.suppress(*_CONNECTION_LOST, DBAPIError):
             async with self.lanes.engine().begin() as conn:
@@ -571,6 +573,7 @@ class LeaseMode:
                     sql.JOB_LEASE_HAND_BACK, {"worker": self.liveness.owner, "ids": None}
                 )
                 self.lanes.stats.handed_back += len(returned.all())
+            self._handed_back = True
 
     async def close(self) -> None:
         """Hand back what is still held, then let the liveness lock go."""
