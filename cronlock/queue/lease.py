@@ -322,8 +322,15 @@ class Lease:
     async def release(self) -> None:
         """End the lock transaction (nothing was written in it): a standby takes over."""
         if self._lock_transaction is not None:
-            with contextlib.suppress(OSError, pg.ServerError, pg.ClientError):
+            try:
                 await self._lock_transaction.rollback()
+            except (OSError, pg.ServerError, pg.ClientError):
+                pass
+            except Exception as exc:
+                # asyncpg's "cannot switch to state …" when the cut connection's socket went
+                # mid-statement: the lock went with the connection, there is nothing to end.
+                if not pg.connection_lost(exc):
+                    raise
 
     def close(self) -> None:
         if self._driver is not None:
