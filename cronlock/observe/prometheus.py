@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -106,7 +106,7 @@ async def scrape(
         await conn.execute(sql.METRICS_NO_JIT_LOCAL)  # for this transaction's reads
         counts = (await conn.execute(sql.JOB_COUNTS_OPEN)).mappings().all()
         due = (await conn.execute(sql.JOB_OLDEST_DUE)).mappings().all()
-        totals = await _job_totals(conn, job_mark)
+        totals = await _job_totals(conn, job_mark, {row["queue"] for row in counts})
         drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
         tasks = await _run_totals(conn, run_mark)
         late = await backlog.overdue_by_task(conn, periodic, now)
@@ -369,17 +369,20 @@ async def _run_totals(
         mark = None
 
 
-async def _job_totals(conn: AsyncConnection, through: datetime | None) -> list[dict[str, Any]]:
+async def _job_totals(
+    conn: AsyncConnection, through: datetime | None, queues: Collection[str]
+) -> list[dict[str, Any]]:
     """Per queue, the jobs' counters: the rollup plus the jobs above its mark ``through`` (as
     this scrape's fold left it; None: read it) plus the open jobs, read again in the rare case
-    another fold committed since."""
+    another fold committed since. ``queues``: queues with open jobs, reported (at 0, so no
+    series is missing) though no job of theirs has finished, retried or snoozed."""
     while True:
         if through is None:
             marked = await conn.execute(sql.METRIC_MARK_GET, {"mark": sql.JOBS_MARK})
             through = marked.scalar_one_or_none() or _NO_MARK
         parts = (await conn.execute(sql.JOB_TOTALS_NOW, {"through": through})).mappings().all()
         if all(part["mark"] in (None, through) for part in parts):
-            return _add_up(parts)
+            return _add_up(parts, queues)
         through = None
 
 
@@ -389,18 +392,20 @@ _NO_MARK = datetime(1970, 1, 1, tzinfo=UTC)
 _SUMMED = ("completed", "failed", "cancelled", "retries", "snoozes")
 
 
-def _add_up(parts: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
-    """One row per queue from sql.JOB_TOTALS_NOW's parts (rollup, above the mark, open)."""
+def _add_up(parts: Iterable[Mapping[Any, Any]], queues: Iterable[str]) -> list[dict[str, Any]]:
+    """One row per queue from sql.JOB_TOTALS_NOW's parts (rollup, above the mark, open), and
+    one of zeros per queue of ``queues`` with none."""
     names = [*_SUMMED, *(f"le_{index}" for index in range(len(sql.LATENCY_BUCKETS)))]
-    queues: dict[str, dict[str, Any]] = {}
+    rows = {
+        queue: {"queue": queue, "latency_sum": 0.0, **dict.fromkeys(names, 0)}
+        for queue in {*queues, *(part["queue"] for part in parts)}
+    }
     for part in parts:
-        row = queues.setdefault(
-            part["queue"], {"queue": part["queue"], "latency_sum": 0.0, **dict.fromkeys(names, 0)}
-        )
+        row = rows[part["queue"]]
         for name in names:
             row[name] += int(part[name])
         row["latency_sum"] += float(part["latency_sum"])
-    return [queues[queue] for queue in sorted(queues)]
+    return [rows[queue] for queue in sorted(rows)]
 
 
 def _queue_control(

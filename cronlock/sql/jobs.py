@@ -45,7 +45,7 @@ from ..locks import namespace_key
 from ..outcome import JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
 from .histograms import buckets
 from .queues import QUEUE_PAUSED_NOW
-from .tables import JOB_DEDUP_PREDICATE, cancel_requests, jobs
+from .tables import JOB_DEDUP_PREDICATE, SNOOZED_ENTRY, cancel_requests, jobs
 
 __all__ = [
     "CONCURRENCY_NAMESPACE",
@@ -796,8 +796,9 @@ _job_latency = func.extract("epoch", jobs.c.completed_at - jobs.c.created_at)
 _completed = jobs.c.status == literal_column("'completed'")
 
 # The snoozes a job's handler asked for (JobSnooze): its history's entries with that outcome,
-# counted only in the rows that have one (a containment test the scrape makes per row anyway).
-_snoozed = jobs.c.error_history.op("@>")(literal_column("""'[{"outcome": "snoozed"}]'::jsonb"""))
+# counted only in the rows that have one (a containment test the scrape makes per row anyway;
+# among the open jobs, the predicate of ix_jobs_snoozed).
+_snoozed = jobs.c.error_history.op("@>")(cast(literal_column(repr(SNOOZED_ENTRY)), JSONB))
 _snoozes = func.jsonb_array_length(
     func.jsonb_path_query_array(
         jobs.c.error_history, literal_column("""'$[*] ? (@.outcome == "snoozed")'::jsonpath""")

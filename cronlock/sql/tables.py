@@ -53,12 +53,15 @@ __all__ = [
     "JOB_FINISHED_PREDICATE",
     "JOB_OPEN_PREDICATE",
     "JOB_PROCESSING_PREDICATE",
+    "JOB_RETRIED_PREDICATE",
+    "JOB_SNOOZED_PREDICATE",
     "JOB_STATUSES",
     "JOB_WAITING_PREDICATE",
     "RUN_CLAIMING_PREDICATE",
     "RUN_STATUSES",
     "RUN_TRIGGERS",
     "SCHEMA",
+    "SNOOZED_ENTRY",
     "VERSION_TABLE",
     "WORKER_STATES",
     "cancel_channel",
@@ -114,6 +117,13 @@ JOB_PROCESSING_PREDICATE = in_list("status", (JobStatus.PROCESSING,))
 JOB_FINISHED_PREDICATE = "completed_at IS NOT NULL"
 # Every job but a completed one: what the dashboard's ix_jobs_open holds.
 JOB_OPEN_PREDICATE = "status <> 'completed'"
+# A job's error history holds an entry of a snooze (a handler's JobSnooze) when it contains
+# this: the test the metrics make, and the predicate of ix_jobs_snoozed.
+SNOOZED_ENTRY = '[{"outcome": "snoozed"}]'
+# Jobs not finished yet that have retried, and that have snoozed: what the metrics count live
+# (the rollup holds the finished ones), from ix_jobs_retried and ix_jobs_snoozed.
+JOB_RETRIED_PREDICATE = "completed_at IS NULL AND retry_count > 0"
+JOB_SNOOZED_PREDICATE = f"completed_at IS NULL AND error_history @> '{SNOOZED_ENTRY}'"
 
 
 def _where(predicate: str) -> TextClause:
@@ -225,6 +235,17 @@ Index(
     jobs.c.id,
     postgresql_where=_where(JOB_OPEN_PREDICATE),
 )
+
+# The open jobs' retries and snoozes (migration 0013): /metrics adds them up from these two
+# instead of reading every open job's row. A job that never failed or snoozed, nearly every
+# open one, is in neither, and a completion leaves both.
+Index(
+    "ix_jobs_retried",
+    jobs.c.queue,
+    jobs.c.retry_count,
+    postgresql_where=_where(JOB_RETRIED_PREDICATE),
+)
+Index("ix_jobs_snoozed", jobs.c.queue, postgresql_where=_where(JOB_SNOOZED_PREDICATE))
 
 
 def jobs_channel(schema: str) -> str:

@@ -5,16 +5,18 @@ that another scrape holds, and a completion that commits after the mark's point 
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobsupport import job_app
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 import cronlock
 from cronlock import Database, sql
 from cronlock.observe.prometheus import FOLD_LAG, fold, render_metrics, scrape
+from cronlock.pg import AsyncpgStatement
 from cronlock.retention import Retention, prune
 from cronlock.sql.tables import job_totals, metric_marks
 
@@ -230,3 +232,57 @@ async def test_a_scrape_while_another_folds_reads_without_folding(database: Data
             found, _ = await _scraped(database, now=base + timedelta(hours=3))
             assert found == await _from_scratch(database)
         assert await _mark(database) == through
+
+
+def _scans_of_jobs(node: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(node type, index) of every node of a JSON plan that reads cronlock.jobs."""
+    found = []
+    if node.get("Relation Name") == "jobs":
+        found.append((str(node["Node Type"]), node.get("Index Name")))
+    for child in node.get("Plans", []):
+        found.extend(_scans_of_jobs(child))
+    return found
+
+
+async def test_the_open_jobs_retries_and_snoozes_are_read_from_their_partial_indexes(
+    database: Database,
+) -> None:
+    """20,000 finished jobs, 2,000 open ones of which 200 retried and 10 snoozed, vacuumed:
+    the scrape's read of the jobs (JOB_TOTALS_NOW) touches only the finished ones above the
+    mark and the open ones that retried (from ix_jobs_retried alone) or snoozed, in the
+    custom plan and the generic one; never every open job's row."""
+    async with database.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO cronlock.jobs (job_type, payload, status, retry_count, "
+                "completed_at, error_history) "
+                "SELECT 'noop', '{}', s.status, CASE WHEN i % 10 = 1 THEN 1 ELSE 0 END, "
+                "CASE s.status WHEN 'completed' THEN now() - interval '1 hour' END, "
+                'CASE WHEN i % 200 = 2 THEN \'[{"outcome": "snoozed"}]\'::jsonb '
+                "ELSE '[]'::jsonb END "
+                "FROM generate_series(1, 22000) i, LATERAL (SELECT CASE WHEN i <= 20000 "
+                "THEN 'completed' WHEN i % 10 = 1 THEN 'retrying' ELSE 'pending' END "
+                "AS status) s"
+            )
+        )
+    raw_database = await database.engine.raw_connection()
+    try:
+        raw = raw_database.driver_connection
+        assert raw is not None
+        await raw.execute("VACUUM ANALYZE cronlock.jobs")
+        compiled = AsyncpgStatement.of(sql.JOB_TOTALS_NOW, database.schema)
+        args = compiled.args(through=datetime.now(UTC) - timedelta(minutes=1))
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            await raw.execute(f"SET plan_cache_mode = {mode}")
+            plan = await raw.fetchval("EXPLAIN (FORMAT JSON) " + compiled.sql, *args)
+            tree = json.loads(plan) if isinstance(plan, str) else plan
+            scans = _scans_of_jobs(tree[0]["Plan"])
+            assert ("Index Only Scan", "ix_jobs_retried") in scans, scans
+            assert any(index == "ix_jobs_snoozed" for _, index in scans), scans
+            assert {index for _, index in scans} == {
+                "ix_jobs_finished",
+                "ix_jobs_retried",
+                "ix_jobs_snoozed",
+            }, scans
+    finally:
+        raw_database.close()
