@@ -169,6 +169,12 @@ class Scheduler:
         self.catch_up_retry = catch_up_retry
         self.reconnect = reconnect
         self._outage: asyncio.Future[RideOut] | None = None  # the one wait for the database
+        # Tasks with a wake waiting for the database: one per task, however many fire times
+        # were lost while it was away (each would wake the task again, all at once).
+        self._reviving: set[str] = set()
+        # Per task, the horizon a lost wake set before the task's first horizon was known
+        # (the process's first wake found the database gone): the catch-up starts no later.
+        self._floor: dict[str, datetime] = {}
         self.gave_up: str | None = None  # why the daemon stopped on its own, if it did
         self._gave_up = asyncio.Event()
 
@@ -189,11 +195,18 @@ class Scheduler:
                 raise
             if not pg.connection_lost(exc):
                 raise
-            if current is not None and task.name in self._horizon:
+            if current is not None:
                 # Not past a slot whose run never got recorded: the catch-up looks at it.
-                self._horizon[task.name] = min(self._horizon[task.name], current - _TICK)
-            self._spawn(self._after_outage(task, error_line(exc)), f"{task.name} (reconnect)")
+                held = self._horizon if task.name in self._horizon else self._floor
+                held[task.name] = min(held.get(task.name, current), current - _TICK)
+            self._revive(task, error_line(exc))
             return []
+
+    def _revive(self, task: PeriodicTask, cause: str) -> None:
+        """Wake ``task`` again once the database is back, unless a wake already waits."""
+        if task.name not in self._reviving:
+            self._reviving.add(task.name)
+            self._spawn(self._after_outage(task, cause), f"{task.name} (reconnect)")
 
     async def _wake(
         self, task: PeriodicTask, now: datetime, current: datetime | None
@@ -224,7 +237,10 @@ class Scheduler:
                     self.database, self.reconnect, who="scheduler", cause=cause, stop=self._stopping
                 )
             )
-        outage = await asyncio.shield(self._outage)
+        try:
+            outage = await asyncio.shield(self._outage)
+        finally:
+            self._reviving.discard(task.name)  # a wake that fails from here waits again
         if outage.end is OutageEnd.GAVE_UP:
             if self.gave_up is None:
                 self.gave_up = outage.gave_up_line("scheduler")
@@ -244,6 +260,7 @@ class Scheduler:
         horizon = self._horizon.get(task.name)
         if horizon is None:
             horizon = await self._initial_horizon(task, now)
+            horizon = min(horizon, self._floor.get(task.name, horizon))
         end = max(now, current) if current is not None else now
         passed = await self._unrecorded(task, horizon, end, exclude=current)
         catch_up, missed = self._plan(task, passed, current, now)
@@ -272,6 +289,7 @@ class Scheduler:
                 break
             results.append(result)
         self._horizon[task.name] = min(open_slots) - _TICK if open_slots else max(horizon, end)
+        self._floor.pop(task.name, None)
         return results, bool(open_slots)
 
     def _retry_catch_up(self, task: PeriodicTask) -> None:
@@ -296,7 +314,7 @@ class Scheduler:
                     except Exception as exc:
                         if self.reconnect is None or not pg.connection_lost(exc):
                             raise  # without a policy: the wake fails and is logged, as before
-                        self._spawn(self._after_outage(task, error_line(exc)), task.name)
+                        self._revive(task, error_line(exc))
                         return
                     if not left_open:
                         return

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -161,11 +161,8 @@ async def _above(url: str, count: int) -> bool:
         return False
 
 
-async def test_the_scheduler_runs_a_slot_its_outage_held_back(
-    cluster: Cluster, cluster_url: str
-) -> None:
-    """A wake that finds the database gone leaves its slot unrecorded, waits, and runs it
-    once the server is back (within the slot's grace)."""
+def _ticking(cluster_url: str) -> tuple[cronlock.App, list[datetime]]:
+    """An app with one every-minute task that notes the slots it ran."""
     app = cronlock.App()
     ran: list[datetime] = []
 
@@ -175,8 +172,41 @@ async def test_the_scheduler_runs_a_slot_its_outage_held_back(
         ran.append(run.slot)
 
     app.use_database(cluster_url)
+    return app, ran
+
+
+async def _clear_of_a_fire_time() -> None:
+    """Wait, if need be, until the next fire time is over 15 s away: a scheduler test's
+    outage takes a few seconds, and a fire time inside it would wake the task once more."""
+    await eventually(_early_in_the_minute, timeout=20, interval=0.1)
+
+
+async def _early_in_the_minute() -> bool:
+    return datetime.now(UTC).second < 45
+
+
+async def _slots(cluster_url: str) -> dict[datetime, list[str]]:
+    database = Database(cluster_url)
+    try:
+        async with database.connect() as conn:
+            rows = (await conn.execute(select(runs.c.slot, runs.c.status))).all()
+    finally:
+        await database.dispose()
+    found: dict[datetime, list[str]] = {}
+    for slot, status in rows:
+        found.setdefault(slot, []).append(status)
+    return found
+
+
+async def test_the_scheduler_runs_a_slot_its_outage_held_back(
+    cluster: Cluster, cluster_url: str
+) -> None:
+    """A wake that finds the database gone leaves its slot unrecorded, waits, and runs it
+    once the server is back (within the slot's grace)."""
+    app, ran = _ticking(cluster_url)
     scheduler = Scheduler(app, reconnect=Reconnect(first_delay=0.05, max_delay=0.5))
     stop = asyncio.Event()
+    await _clear_of_a_fire_time()
     cluster.stop("immediate")
     serving = asyncio.create_task(scheduler.serve(stop))
     try:
@@ -184,15 +214,75 @@ async def test_the_scheduler_runs_a_slot_its_outage_held_back(
         await eventually(lambda: _waiting(scheduler), timeout=10)
         cluster.start()
         await eventually(lambda: _ran(ran), timeout=10)
+        await eventually(lambda: _settled(scheduler), timeout=10)
     finally:
         stop.set()
         await serving
         await app.aclose()
-    async with Database(cluster_url).connect() as conn:
-        rows = (await conn.execute(select(runs.c.slot, runs.c.status))).all()
-    assert [status for _, status in rows] == ["completed"]
-    assert ran == [rows[0][0]]
-    assert ran[0] <= down_at
+    assert len(ran) == 1 and ran[0] <= down_at
+    assert await _slots(cluster_url) == {ran[0]: ["completed"]}
+
+
+async def test_fire_times_lost_in_one_outage_wake_the_task_once_after_it(
+    cluster: Cluster, cluster_url: str
+) -> None:
+    """Two wakes of the task find the database gone (a fire time passed while it was away):
+    once it is back the task is woken once, not once per lost wake, so no second run of the
+    slot finds its lock busy and records itself skipped."""
+    app, ran = _ticking(cluster_url)
+    scheduler = Scheduler(app, reconnect=Reconnect(first_delay=0.05, max_delay=0.5))
+    stop = asyncio.Event()
+    await _clear_of_a_fire_time()
+    cluster.stop("immediate")
+    serving = asyncio.create_task(scheduler.serve(stop))
+    try:
+        await eventually(lambda: _waiting(scheduler), timeout=10)
+        assert await scheduler.wake(app.task("tick")) == []  # the next fire, lost as well
+        cluster.start()
+        await eventually(lambda: _ran(ran), timeout=10)
+        await eventually(lambda: _settled(scheduler), timeout=10)
+    finally:
+        stop.set()
+        await serving
+        await app.aclose()
+    assert len(ran) == 1
+    assert await _slots(cluster_url) == {ran[0]: ["completed"]}
+
+
+async def test_a_slot_lost_before_the_first_horizon_is_recorded_once_the_database_is_back(
+    cluster: Cluster, cluster_url: str
+) -> None:
+    """The process's first wake finds the database gone, and the server is back only after
+    the next fire time: the slot of that first wake is still handled by the task's misfire
+    policy (``skip``: recorded missed), not passed over, and the next one runs."""
+    app, ran = _ticking(cluster_url)
+    await _clear_of_a_fire_time()
+    first = datetime.now(UTC).replace(second=0, microsecond=0)
+    moment = [first + timedelta(seconds=10)]
+    scheduler = Scheduler(
+        app, clock=lambda: moment[0], reconnect=Reconnect(first_delay=0.05, max_delay=0.5)
+    )
+    stop = asyncio.Event()
+    cluster.stop("immediate")
+    serving = asyncio.create_task(scheduler.serve(stop))
+    try:
+        await eventually(lambda: _waiting(scheduler), timeout=10)
+        moment[0] = first + timedelta(minutes=1, seconds=10)
+        cluster.start()
+        await eventually(lambda: _ran(ran), timeout=10)
+        await eventually(lambda: _settled(scheduler), timeout=10)
+    finally:
+        stop.set()
+        await serving
+        await app.aclose()
+    second = first + timedelta(minutes=1)
+    assert ran == [second]
+    assert await _slots(cluster_url) == {first: ["missed"], second: ["completed"]}
+
+
+async def _settled(scheduler: Scheduler) -> bool:
+    """No wake of the scheduler's is in flight or waiting for the database."""
+    return not scheduler._inflight
 
 
 async def _waiting(scheduler: Scheduler) -> bool:
