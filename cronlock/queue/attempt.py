@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Protocol, cast
@@ -39,7 +38,7 @@ from .complete import (
     Success,
     cancelled,
     datetime_of,
-    micros_of,
+    micros_now,
     outcome_of_failure,
     snoozed,
 )
@@ -113,8 +112,7 @@ class Attempts:
         handler = self.handlers.get(job.job_type)
         # The worker's clock as an integer (µs), what a failure's error entry and its retry's
         # due time are reckoned from (the row's started_at/completed_at are the database's).
-        clock = self.clock
-        started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        started = micros_now(self.clock)
         if scope.requested:  # an operator's cancel came before the attempt
             return self.stopped(job, started, ran=False)
         if handler is None:
@@ -178,7 +176,7 @@ class Attempts:
         finally:
             running.reset(context)
         if directed is not None:
-            finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+            finished = micros_now(self.clock)
             return self.directed(job, directed, started, finished)
         return Success(job, result)
 

@@ -30,6 +30,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -54,6 +55,7 @@ __all__ = [
     "cancelled",
     "count",
     "datetime_of",
+    "micros_now",
     "micros_of",
     "outcome_of_failure",
     "snoozed",
@@ -192,6 +194,12 @@ def micros_of(moment: datetime) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return (moment - _EPOCH) // _MICROSECOND
+
+
+def micros_now(clock: Callable[[], datetime] | None) -> int:
+    """The worker's clock now in microseconds since the Unix epoch: ``clock``'s reading (a
+    test's), else the system's."""
+    return micros_of(clock()) if clock is not None else time.time_ns() // 1000
 
 
 def datetime_of(micros: int) -> datetime:

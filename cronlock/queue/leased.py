@@ -53,7 +53,7 @@ from ..observe.stats import DrainStats
 from ..pg import session_has_pending, session_untouched
 from .attempt import Attempts, _describe
 from .cancel import CancelRequested, Scope
-from .complete import Attempt, Cancelled, Snoozed, Success, count, micros_of
+from .complete import Attempt, Cancelled, Snoozed, Success, count, micros_now, micros_of
 from .handling import JobCancel, JobSnooze, running
 from .jobs import Handler, Job, to_json
 from .lanes import Lane, Lanes, _decode
@@ -229,8 +229,7 @@ class LeasedLanes(Lanes):
     ) -> Attempt | None:
         attempts: Attempts = self.attempts
         handler = attempts.handlers.get(job.job_type)
-        clock = self.clock
-        started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+        started = micros_now(self.clock)
         if scope.requested:  # an operator's cancel came before the attempt
             return attempts.stopped(job, started, ran=False)
         if handler is None:
@@ -276,7 +275,7 @@ class LeasedLanes(Lanes):
         if directed is None:
             outcome: Attempt = Success(job, result)
         else:
-            finished = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+            finished = micros_now(self.clock)
             outcome = attempts.directed(job, directed, started, finished)
         sync = cast(LeaseSession, session.sync_session)
         if not sync.in_transaction() and not session_has_pending(sync):
@@ -337,8 +336,7 @@ class LeasedLanes(Lanes):
             if isinstance(success, Success):
                 # A success keeps no worker time: its failure is reckoned from the worker's
                 # clock now (only the log's worker-side duration is shorter for it).
-                clock = self.clock
-                started = micros_of(clock()) if clock is not None else time.time_ns() // 1000
+                started = micros_now(self.clock)
             else:
                 started = micros_of(success.worker_started_at)
             failure = self.attempts.failed(success.job, _describe(exc, handler), started, handler)

@@ -724,12 +724,7 @@ JOB_COUNTS = (
 
 # The same for the jobs that did not complete only: an index-only scan of ix_jobs_open, so it
 # reads the open jobs, not the history (the metrics count completed jobs from their rollup).
-JOB_COUNTS_OPEN = (
-    select(jobs.c.queue, jobs.c.status, func.count().label("count"))
-    .where(jobs.c.status != literal_column("'completed'"))
-    .group_by(jobs.c.queue, jobs.c.status)
-    .order_by(jobs.c.queue, jobs.c.status)
-)
+JOB_COUNTS_OPEN = JOB_COUNTS.where(jobs.c.status != literal_column("'completed'"))
 
 # Per queue: how many jobs are due now and since when the oldest has been waiting.
 JOB_OLDEST_DUE = (
