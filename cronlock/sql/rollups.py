@@ -247,7 +247,9 @@ _live = _finished_totals(jobs.c.completed_at > _above).add_columns(null().label(
 _open = jobs.c.completed_at.is_(None)
 
 
-def _open_totals(retries: ColumnElement[Any], snoozes: ColumnElement[Any], where: Any) -> Any:
+def _open_totals(
+    retries: ColumnElement[Any], snoozes: ColumnElement[Any], where: ColumnElement[Any]
+) -> Select[Any]:
     """Per queue, the ``retries`` and ``snoozes`` of the open jobs that match ``where``."""
     return (
         select(

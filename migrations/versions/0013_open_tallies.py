@@ -6,7 +6,8 @@ at 1,000,000 finished jobs, most of a scrape's time. ``ix_jobs_retried`` holds t
 that have retried (queue, retry_count), so their sum is an index-only scan; ``ix_jobs_snoozed``
 the open jobs that have snoozed, whose count of snoozes is in their error history. A job with
 neither, nearly every open job, is in neither index; a completion leaves both (its new row has
-a completed_at).
+a completed_at). The upgrade builds both (0.13 s and 0.08 s for 1,030,000 jobs here), during
+which enqueues and completions wait.
 
 Revision ID: 0013
 Revises: 0012

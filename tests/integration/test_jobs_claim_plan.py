@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
+from plans import PLAN_MODES, plan_of
 from sqlalchemy import text
 
 from cronlock import Database, sql
@@ -26,13 +27,10 @@ async def test_claim_uses_the_partial_index(database: Database) -> None:
     async with database.connect() as conn:
         raw = (await conn.get_raw_connection()).driver_connection
         assert raw is not None
-        # Force the generic plan: what a prepared statement gets after its fifth execution.
-        await raw.execute("SET plan_cache_mode = force_generic_plan")
-        plan = await raw.fetchval(
-            "EXPLAIN (FORMAT JSON) " + compiled.sql,
-            *compiled.args(queue="default", limit=10, now=None),
-        )
-    text_plan = plan if isinstance(plan, str) else json.dumps(plan)
+        # The generic plan: what a prepared statement may keep from its sixth execution.
+        args = compiled.args(queue="default", limit=10, now=None)
+        plan = await plan_of(raw, compiled, args, "force_generic_plan")
+    text_plan = json.dumps(plan)
     assert "ix_jobs_claim" in text_plan, text_plan
     assert '"Seq Scan"' not in text_plan
 
@@ -54,10 +52,8 @@ async def test_lease_claim_finds_its_rows_by_the_primary_key(database: Database)
     async with database.connect() as conn:
         raw = (await conn.get_raw_connection()).driver_connection
         assert raw is not None
-        for mode in ("force_custom_plan", "force_generic_plan"):
-            await raw.execute(f"SET plan_cache_mode = {mode}")
-            plan = await raw.fetchval("EXPLAIN (FORMAT JSON) " + compiled.sql, *args)
-            text_plan = plan if isinstance(plan, str) else json.dumps(plan)
+        for mode in PLAN_MODES:
+            text_plan = json.dumps(await plan_of(raw, compiled, args, mode))
             assert "ix_jobs_claim" in text_plan, text_plan
             assert "pk_jobs" in text_plan, text_plan
             assert '"Seq Scan"' not in text_plan, text_plan
@@ -84,8 +80,6 @@ async def test_a_lease_completion_is_no_join_in_its_generic_plan(database: Datab
     async with database.connect() as conn:
         raw = (await conn.get_raw_connection()).driver_connection
         assert raw is not None
-        await raw.execute("SET plan_cache_mode = force_generic_plan")
-        plan = await raw.fetchval("EXPLAIN (FORMAT JSON) " + compiled.sql, *args)
-    text_plan = plan if isinstance(plan, str) else json.dumps(plan)
+        text_plan = json.dumps(await plan_of(raw, compiled, args, "force_generic_plan"))
     assert '"Nested Loop"' not in text_plan, text_plan
     assert '"Function Scan"' not in text_plan, text_plan
