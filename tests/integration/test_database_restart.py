@@ -10,13 +10,14 @@ the machine's server is never touched. The worker is a real ``cronlock worker`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -198,20 +199,19 @@ async def _slots(cluster_url: str) -> dict[datetime, list[str]]:
     return found
 
 
-async def test_the_scheduler_runs_a_slot_its_outage_held_back(
-    cluster: Cluster, cluster_url: str
-) -> None:
-    """A wake that finds the database gone leaves its slot unrecorded, waits, and runs it
-    once the server is back (within the slot's grace)."""
-    app, ran = _ticking(cluster_url)
-    scheduler = Scheduler(app, reconnect=Reconnect(first_delay=0.05, max_delay=0.5))
+@contextlib.asynccontextmanager
+async def _through_an_outage(
+    app: cronlock.App, scheduler: Scheduler, ran: list[datetime], cluster: Cluster
+) -> AsyncIterator[None]:
+    """``scheduler`` serving ``app`` with the server stopped: the block runs once a wake
+    waits for the database; then the server starts again, and the scheduler is stopped once
+    the task ran and no wake of its is in flight."""
     stop = asyncio.Event()
-    await _clear_of_a_fire_time()
     cluster.stop("immediate")
     serving = asyncio.create_task(scheduler.serve(stop))
     try:
-        down_at = datetime.now(UTC)
         await eventually(lambda: _waiting(scheduler), timeout=10)
+        yield
         cluster.start()
         await eventually(lambda: _ran(ran), timeout=10)
         await eventually(lambda: _settled(scheduler), timeout=10)
@@ -219,6 +219,25 @@ async def test_the_scheduler_runs_a_slot_its_outage_held_back(
         stop.set()
         await serving
         await app.aclose()
+
+
+def _riding_out(app: cronlock.App, clock: Callable[[], datetime] | None = None) -> Scheduler:
+    reconnect = Reconnect(first_delay=0.05, max_delay=0.5)
+    if clock is None:
+        return Scheduler(app, reconnect=reconnect)
+    return Scheduler(app, clock=clock, reconnect=reconnect)
+
+
+async def test_the_scheduler_runs_a_slot_its_outage_held_back(
+    cluster: Cluster, cluster_url: str
+) -> None:
+    """A wake that finds the database gone leaves its slot unrecorded, waits, and runs it
+    once the server is back (within the slot's grace)."""
+    app, ran = _ticking(cluster_url)
+    scheduler = _riding_out(app)
+    await _clear_of_a_fire_time()
+    async with _through_an_outage(app, scheduler, ran, cluster):
+        down_at = datetime.now(UTC)
     assert len(ran) == 1 and ran[0] <= down_at
     assert await _slots(cluster_url) == {ran[0]: ["completed"]}
 
@@ -230,21 +249,10 @@ async def test_fire_times_lost_in_one_outage_wake_the_task_once_after_it(
     once it is back the task is woken once, not once per lost wake, so no second run of the
     slot finds its lock busy and records itself skipped."""
     app, ran = _ticking(cluster_url)
-    scheduler = Scheduler(app, reconnect=Reconnect(first_delay=0.05, max_delay=0.5))
-    stop = asyncio.Event()
+    scheduler = _riding_out(app)
     await _clear_of_a_fire_time()
-    cluster.stop("immediate")
-    serving = asyncio.create_task(scheduler.serve(stop))
-    try:
-        await eventually(lambda: _waiting(scheduler), timeout=10)
+    async with _through_an_outage(app, scheduler, ran, cluster):
         assert await scheduler.wake(app.task("tick")) == []  # the next fire, lost as well
-        cluster.start()
-        await eventually(lambda: _ran(ran), timeout=10)
-        await eventually(lambda: _settled(scheduler), timeout=10)
-    finally:
-        stop.set()
-        await serving
-        await app.aclose()
     assert len(ran) == 1
     assert await _slots(cluster_url) == {ran[0]: ["completed"]}
 
@@ -259,22 +267,9 @@ async def test_a_slot_lost_before_the_first_horizon_is_recorded_once_the_databas
     await _clear_of_a_fire_time()
     first = datetime.now(UTC).replace(second=0, microsecond=0)
     moment = [first + timedelta(seconds=10)]
-    scheduler = Scheduler(
-        app, clock=lambda: moment[0], reconnect=Reconnect(first_delay=0.05, max_delay=0.5)
-    )
-    stop = asyncio.Event()
-    cluster.stop("immediate")
-    serving = asyncio.create_task(scheduler.serve(stop))
-    try:
-        await eventually(lambda: _waiting(scheduler), timeout=10)
+    scheduler = _riding_out(app, clock=lambda: moment[0])
+    async with _through_an_outage(app, scheduler, ran, cluster):
         moment[0] = first + timedelta(minutes=1, seconds=10)
-        cluster.start()
-        await eventually(lambda: _ran(ran), timeout=10)
-        await eventually(lambda: _settled(scheduler), timeout=10)
-    finally:
-        stop.set()
-        await serving
-        await app.aclose()
     second = first + timedelta(minutes=1)
     assert ran == [second]
     assert await _slots(cluster_url) == {first: ["missed"], second: ["completed"]}
