@@ -34,6 +34,7 @@ from cronlock import schema, sql
 from cronlock.database import Database
 from cronlock.pg import AsyncpgStatement
 
+from .plans import literal
 from .run import DEFAULT_SERVER, write_check
 from .scratch import scratch_database
 
@@ -72,22 +73,11 @@ def shape(plan: dict[str, Any]) -> list[str]:
     return [label] + [part for child in node.get("Plans", []) for part in shape(child)]
 
 
-def _literal(value: Any) -> str:
-    # The claim's arguments: a queue name, NULL (the database's clock) and the limit.
-    if value is None:
-        return "NULL"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    raise TypeError(f"no literal for {value!r}")
-
-
 async def _explain(
     conn: Any, claim: AsyncpgStatement, args: list[Any], mode: str
 ) -> dict[str, Any]:
     """EXPLAIN (ANALYZE, BUFFERS) of the claim as a prepared statement under ``mode``."""
-    execute = f"EXECUTE bench_claim({', '.join(_literal(arg) for arg in args)})"
+    execute = f"EXECUTE bench_claim({', '.join(literal(arg) for arg in args)})"
     await conn.execute(f"SET plan_cache_mode = {mode}")
     await conn.execute("PREPARE bench_claim AS " + claim.sql)
     try:

@@ -25,6 +25,7 @@ import pytest
 import pytest_asyncio
 from cli import finish, free_port, kill_all, run_cli, start_cli
 from cluster import Cluster, private_cluster
+from history import runs_of
 from jobsupport import create_job_tables
 from sqlalchemy import func, select
 from testapps import jobs as testjobs
@@ -33,7 +34,7 @@ from waiting import eventually, wait_for
 import cronlock
 from cronlock import Database, Scheduler
 from cronlock.outage import Reconnect
-from cronlock.sql.tables import jobs, runs
+from cronlock.sql.tables import jobs
 
 pytestmark = pytest.mark.faults
 
@@ -187,15 +188,15 @@ async def _early_in_the_minute() -> bool:
 
 
 async def _slots(cluster_url: str) -> dict[datetime, list[str]]:
+    """The statuses of the tick task's runs, by slot, in the order they were recorded."""
     database = Database(cluster_url)
     try:
-        async with database.connect() as conn:
-            rows = (await conn.execute(select(runs.c.slot, runs.c.status))).all()
+        recorded = await runs_of(database, "tick")
     finally:
         await database.dispose()
     found: dict[datetime, list[str]] = {}
-    for slot, status in rows:
-        found.setdefault(slot, []).append(status)
+    for run in recorded:
+        found.setdefault(run["slot"], []).append(run["status"])
     return found
 
 
