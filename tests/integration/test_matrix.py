@@ -38,6 +38,7 @@ from cronlock import (
     CronlockError,
     Database,
     DrainResult,
+    Enqueued,
     JobCancel,
     JobSnooze,
     RunStatus,
@@ -108,9 +109,12 @@ class Lab:
         assert result.error is None, result.error
         return result
 
+    async def add(self, job_type: str, payload: Any = None, **options: Any) -> Enqueued:
+        """One job, committed on its own (every scenario enqueues through here)."""
+        return await self.app.enqueue(self.app.database, job_type, payload, **options)
+
     async def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> uuid.UUID:
-        answer = await self.app.enqueue(self.app.database, job_type, payload, **options)
-        return answer.id
+        return (await self.add(job_type, payload, **options)).id
 
     async def row(self, job_id: uuid.UUID) -> dict[str, Any]:
         [row] = await job_rows(self.database, id=job_id)
@@ -317,36 +321,36 @@ async def _drained_one(lab: Lab) -> DrainResult:
 
 
 async def dedup_while_waiting(lab: Lab) -> None:
-    first = await lab.app.enqueue(lab.app.database, "noop", {}, dedup_key="k", delay=60)
-    again = await lab.app.enqueue(lab.app.database, "record", {"n": 1}, dedup_key="k")
+    first = await lab.add("noop", {}, dedup_key="k", delay=60)
+    again = await lab.add("record", {"n": 1}, dedup_key="k")
     assert (again.created, again.id) == (False, first.id)
     now = datetime.now(UTC)
     done = await lab.drain(clock=at(now + timedelta(seconds=61)))
     assert done.stats["processed"] == 1 and lab.order == []
     assert (await lab.row(first.id))["status"] == "completed"
     # Done for good: the key is free again.
-    assert (await lab.app.enqueue(lab.app.database, "noop", {}, dedup_key="k")).created
+    assert (await lab.add("noop", {}, dedup_key="k")).created
 
 
 async def dedup_while_running(lab: Lab) -> None:
     gate = lab.gate("a")
-    first = await lab.app.enqueue(lab.app.database, "held", {"key": "a"}, dedup_key="k")
+    first = await lab.add("held", {"key": "a"}, dedup_key="k")
     draining = asyncio.create_task(lab.drain())
     await _reached(gate)
-    again = await lab.app.enqueue(lab.app.database, "held", {"key": "a"}, dedup_key="k")
+    again = await lab.add("held", {"key": "a"}, dedup_key="k")
     gate.release.set()
     await ended_within([draining], about="the drain")
     assert (again.created, again.id) == (False, first.id), "a second job while the first ran"
     assert (await lab.row(first.id))["status"] == "completed"
     assert lab.runs == {"a": 1}
-    assert (await lab.app.enqueue(lab.app.database, "noop", {}, dedup_key="k")).created
+    assert (await lab.add("noop", {}, dedup_key="k")).created
 
 
 async def dedup_retry_of_a_job_whose_key_another_took(lab: Lab) -> None:
     # An operator's retry of a failed job whose key a newer job holds leaves it alone.
     failed = await lab.enqueue("fails_now", {}, dedup_key="k")
     assert (await lab.drain()).stats["failed"] == 1
-    newer = await lab.app.enqueue(lab.app.database, "noop", {}, dedup_key="k")
+    newer = await lab.add("noop", {}, dedup_key="k")
     assert newer.created
     assert (await lab.app.retry_job(failed)).outcome is ChangeOutcome.DEDUP_KEY_HELD
     assert (await lab.drain()).stats["processed"] == 1
@@ -358,7 +362,7 @@ async def dedup_retry_of_a_job_whose_key_another_took(lab: Lab) -> None:
     drainer = lab.drainer()
     async with _working(drainer) as working:
         await _reached(gate)
-        later = await lab.app.enqueue(lab.app.database, "noop", {}, dedup_key="r", delay=60)
+        later = await lab.add("noop", {}, dedup_key="r", delay=60)
         gate.release.set()
 
         async def retried() -> bool:
@@ -375,9 +379,7 @@ async def dedup_retry_of_a_job_whose_key_another_took(lab: Lab) -> None:
 
 
 async def dedup_concurrent_enqueues(lab: Lab) -> None:
-    answers = await asyncio.gather(
-        *(lab.app.enqueue(lab.app.database, "noop", {}, dedup_key="k") for _ in range(8))
-    )
+    answers = await asyncio.gather(*(lab.add("noop", {}, dedup_key="k") for _ in range(8)))
     assert sum(answer.created for answer in answers) == 1
     assert len({answer.id for answer in answers}) == 1
     assert (await lab.drain()).stats["processed"] == 1
@@ -386,12 +388,9 @@ async def dedup_concurrent_enqueues(lab: Lab) -> None:
 
 async def per_key_concurrency_limit(lab: Lab) -> None:
     lab.meetings = {"keyed": Meeting(2), "free": Meeting(2)}
-    async with lab.database.session() as session:
-        await lab.app.enqueue_many(
-            session, "limited", [{"meeting": "keyed"}] * 10, concurrency_keys=["k"] * 10
-        )
-        await lab.app.enqueue_many(session, "limited", [{"meeting": "free"}] * 10)
-        await session.commit()
+    for _ in range(10):
+        await lab.add("limited", {"meeting": "keyed"}, concurrency_key="k")
+        await lab.add("limited", {"meeting": "free"})
     # Exclusive: one drainer of four lanes; shared: two of two.
     drainers = (
         [lab.drainer(concurrency=2, batch_size=2) for _ in range(2)]
