@@ -234,6 +234,10 @@ def describe(result: RunResult) -> list[str]:
             else "nothing of the run was committed"
         )
         lines.append(f"  error: {result.error} ({kept})")
+    if result.items_parked:
+        lines.append(
+            f"  {result.items_parked} parked item(s) left out (cronlock task parked {result.task})"
+        )
     for failure in result.failures[:20]:
         lines.append(f"  item {failure.item}: {failure.error_type}: {failure.message}")
     if result.items_failed > 20:
