@@ -36,6 +36,7 @@ __all__ = [
     "ITEMS_FORGET",
     "ITEMS_FORGET_ALL",
     "ITEMS_OF_TASK",
+    "ITEMS_PARKED",
     "ITEMS_PARKED_COUNTS",
     "ITEMS_SUCCEEDED",
     "ITEM_UNPARK",
@@ -161,7 +162,25 @@ ITEMS_OF_TASK = (
     .limit(bindparam("limit", type_=Integer))
 )
 
-# Per task: its parked items (status and /metrics).
+# The parked items of every task, :limit at most per task, with their last error (status).
+_parked_ranked = (
+    select(
+        failing_items,
+        func.row_number()
+        .over(partition_by=failing_items.c.task, order_by=failing_items.c.parked_at.desc())
+        .label("rank"),
+        func.count().over(partition_by=failing_items.c.task).label("parked_count"),
+    )
+    .where(failing_items.c.parked_at.is_not(None))
+    .subquery()
+)
+ITEMS_PARKED = (
+    select(_parked_ranked)
+    .where(_parked_ranked.c.rank <= bindparam("limit", type_=Integer))
+    .order_by(_parked_ranked.c.task, _parked_ranked.c.rank)
+)
+
+# Per task: its parked items (/metrics).
 ITEMS_PARKED_COUNTS = (
     select(failing_items.c.task, func.count().label("parked"))
     .where(failing_items.c.parked_at.is_not(None))
