@@ -217,6 +217,9 @@ class Health(BaseModel):
     detail: str | None = None
 
 
+# A periodic task's name in a path.
+TaskName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
+
 # The longest an HTTP cancel waits for a running job to stop (a client's request timeout).
 MAX_CANCEL_WAIT = 60.0
 
@@ -413,8 +416,6 @@ def create_router(
         except UnknownTask as exc:
             raise HTTPException(404, str(exc)) from None
 
-    _task_name = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
-
     @router.post(
         "/tasks/{name}/pause",
         response_model=TaskStateView,
@@ -422,7 +423,7 @@ def create_router(
         summary="Pause a periodic task everywhere (its slots are recorded skipped: paused)",
     )
     async def pause_task(
-        name: _task_name,
+        name: TaskName,
         request: Request,
         by: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     ) -> TaskStateView:
@@ -435,7 +436,7 @@ def create_router(
         **guarded("writes", 404, 422),
         summary="Resume a paused periodic task",
     )
-    async def resume_task(name: _task_name, request: Request) -> TaskStateView:
+    async def resume_task(name: TaskName, request: Request) -> TaskStateView:
         state = await _task_state(name, False, None, request)
         return TaskStateView.model_validate(state.to_dict())
 
@@ -444,7 +445,7 @@ def create_router(
         **guarded("writes", 404, 422),
         summary="Run a periodic task now, in this server, under its lock (a manual run)",
     )
-    async def run_task_now(name: _task_name) -> dict[str, Any]:
+    async def run_task_now(name: TaskName) -> dict[str, Any]:
         """The run's outcome once it ended (``skipped``, ``lock_busy``, while another run
         holds the task's lock). It runs here, in the server's process, which has the app and
         its database: no scheduler need be running (a crontab-only deployment has none)."""
@@ -460,7 +461,7 @@ def create_router(
         **guarded("reads", 404, 422),
         summary="A periodic task's failing items, parked ones first, with their last error",
     )
-    async def parked_items(name: _task_name) -> list[FailingItemView]:
+    async def parked_items(name: TaskName) -> list[FailingItemView]:
         try:
             found = await app.tasks.parked(name)
         except UnknownTask as exc:

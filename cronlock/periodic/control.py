@@ -200,7 +200,7 @@ class Tasks(Mapping[str, PeriodicTask]):
         False if it was not parked."""
         self.task(name)
         async with self._owner.database.engine.begin() as conn:
-            result = await conn.execute(sql.ITEM_UNPARK, {"task": name, "item": str(item)})
+            result = await conn.execute(sql.ITEM_UNPARK, {"of_task": name, "of_item": str(item)})
             return result.first() is not None
 
     async def clear_parked(self, name: str, item: object | None = None) -> int:

@@ -11,7 +11,8 @@ What the memory changes for a run: ``run.skip_parked(keys)`` leaves parked keys 
 (and counts them, ``items_parked``), and a failure of a key that was failing already is
 *known*: a run whose only failures are known ones is not ``failed`` (``run.py``), while a run
 in which every new item failed still is. An item with no key (``run.item()``) cannot be
-remembered: its failures are always new.
+remembered: its failures are always new. A task declared with ``park_after=None`` keeps no
+memory at all: every run whose items all failed is ``failed``, however often they failed.
 """
 
 from __future__ import annotations
@@ -39,8 +40,11 @@ class ItemMemory:
     __slots__ = ("_failed", "_known", "_succeeded", "new_failures", "park_after", "skipped")
 
     def __init__(self, found: Iterable[Any] | None, park_after: int | None) -> None:
-        # key -> parked, for every key that was failing when the run began.
-        self._known: dict[str, bool] = {str(row[0]): bool(row[2]) for row in found or ()}
+        # key -> parked, for every key that was failing when the run began. A task with
+        # park_after=None keeps no memory: every failure is new, as before there was one.
+        self._known: dict[str, bool] = (
+            {} if park_after is None else {str(row[0]): bool(row[2]) for row in found or ()}
+        )
         self.park_after = park_after
         self._failed: dict[str, str] = {}  # key -> its error, in this run
         self._succeeded: set[str] = set()
@@ -79,6 +83,8 @@ class ItemMemory:
     ) -> None:
         """Write what the run did to the memory, in the session's transaction (not committed):
         the failures always, the successes only when the run's work is ``committed``."""
+        if self.park_after is None:
+            return  # the task keeps no memory (park_after=None)
         if self._failed:
             rows = await session.execute(
                 sql.ITEMS_FAILED,

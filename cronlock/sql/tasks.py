@@ -193,8 +193,9 @@ _item = bindparam("item", type_=Text)
 ITEM_UNPARK = (
     update(failing_items)
     .where(
-        failing_items.c.task == _task,
-        failing_items.c.item == _item,
+        # Not :task and :item: an UPDATE keeps its columns' names for its SET clause.
+        failing_items.c.task == bindparam("of_task", type_=Text),
+        failing_items.c.item == bindparam("of_item", type_=Text),
         failing_items.c.parked_at.is_not(None),
     )
     .values(parked_at=None)
