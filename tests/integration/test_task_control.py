@@ -425,6 +425,8 @@ async def test_pause_resume_and_run_now_from_the_dashboard(
     assert state.paused_by.startswith("dashboard from")
     page = await client.get("/dashboard/tasks/tick")
     assert "Resume" in page.text and state.paused_by in page.text
+    overview = await client.get("/dashboard/")
+    assert "badge-paused" in overview.text and state.paused_by in overview.text
     # A scheduler's slot and a crontab line's, while paused from the dashboard.
     scheduler = Scheduler(app, app.database, tasks=["tick"], clock=lambda: T0)
     (by_scheduler,) = await scheduler.wake(app.task("tick"), now=T0)
