@@ -22,7 +22,8 @@ from ..app import App
 from ..outcome import RunResult
 from ..periodic.control import FailingItem, TaskState
 from . import render
-from .context import EXIT_FAILED, EXIT_OK, Options, exit_code, exit_with, pass_options, run
+from .context import EXIT_FAILED, EXIT_OK, Options, exit_with, pass_options, run
+from .runs import report_run
 
 __all__ = ["task_group"]
 
@@ -90,13 +91,7 @@ def run_now(options: Options, task: str, as_json: bool) -> None:
         await schema.ensure_ready(app.database)
         return await app.tasks.run_now(task)
 
-    result = run(go, app)
-    if as_json:
-        click.echo(json.dumps(result.to_dict()))
-    else:
-        for line in render.describe(result):
-            click.echo(line)
-    exit_with(exit_code(result))
+    report_run(run(go, app), as_json)
 
 
 def _item_rows(items: list[FailingItem]) -> list[str]:

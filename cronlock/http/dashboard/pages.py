@@ -444,7 +444,11 @@ def create_dashboard(
     async def resume(request: Request, name: str) -> Response:
         return await _queue_verb(request, name, False)
 
-    async def _task_verb(request: Request, name: str, verb: str) -> Response:
+    @router.post("/tasks/{name}/{verb}", name=_NAME + "task_verb")
+    async def task_verb(request: Request, name: str, verb: str) -> Response:
+        """The task page's buttons: pause, resume, run (now)."""
+        if verb not in ("pause", "resume", "run"):
+            return problem(request, viewer(access, request), 404, f"No such action: {verb[:40]!r}")
         checked = await writer(request)
         if isinstance(checked, Response):
             return checked
@@ -473,18 +477,6 @@ def create_dashboard(
         )
         where = request.url_for(_NAME + "task", name=name).path
         return RedirectResponse(f"{where}?{urlencode({'done': done})}", status_code=303)
-
-    @router.post("/tasks/{name}/pause", name=_NAME + "task_pause")
-    async def task_pause(request: Request, name: str) -> Response:
-        return await _task_verb(request, name, "pause")
-
-    @router.post("/tasks/{name}/resume", name=_NAME + "task_resume")
-    async def task_resume(request: Request, name: str) -> Response:
-        return await _task_verb(request, name, "resume")
-
-    @router.post("/tasks/{name}/run", name=_NAME + "task_run")
-    async def task_run(request: Request, name: str) -> Response:
-        return await _task_verb(request, name, "run")
 
     # -- login -------------------------------------------------------------------------
 
