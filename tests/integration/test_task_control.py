@@ -445,3 +445,39 @@ async def test_pause_resume_and_run_now_from_the_dashboard(
         await app.tasks.run_now("batch")
     page = await client.get("/dashboard/tasks/batch")
     assert "Failing items" in page.text and "ValueError: bad key 2" in page.text
+
+
+async def test_a_chunked_run_remembers_and_parks_its_items_too(
+    database: Database, batch: Batch
+) -> None:
+    app = App(retention=False)
+    app.use_database(str(database.url))
+
+    @app.periodic("chunky", cron="* * * * *", commit_every=2, park_after=2)
+    async def chunky(run: Run) -> None:
+        for key in run.skip_parked(batch.keys):
+            async with run.item(key):
+                if key in batch.bad:
+                    raise ValueError(f"bad key {key}")
+
+    try:
+        outcomes = []
+        for minute in range(3):
+            result = await app.run("chunky", now=T0 + minute * MINUTE)
+            outcomes.append((result.status, result.items_ok, result.items_failed))
+            outcomes.append(result.items_parked)
+        (item,) = await app.tasks.parked("chunky")
+    finally:
+        await app.aclose()
+    assert outcomes == [
+        (RunStatus.PARTIAL, 4, 1),
+        0,
+        (RunStatus.PARTIAL, 4, 1),
+        0,
+        (RunStatus.COMPLETED, 4, 0),
+        1,
+    ]
+    assert (item.item, item.parked) == ("2", True)
+    async with database.connect() as conn:
+        parked = await conn.scalar(select(runs.c.items_parked).order_by(runs.c.id.desc()))
+    assert parked == 1  # the chunked run's row says so too
