@@ -464,18 +464,16 @@ async def test_a_chunked_run_remembers_and_parks_its_items_too(
         outcomes = []
         for minute in range(3):
             result = await app.run("chunky", now=T0 + minute * MINUTE)
-            outcomes.append((result.status, result.items_ok, result.items_failed))
-            outcomes.append(result.items_parked)
+            outcomes.append(
+                (result.status, result.items_ok, result.items_failed, result.items_parked)
+            )
         (item,) = await app.tasks.parked("chunky")
     finally:
         await app.aclose()
     assert outcomes == [
-        (RunStatus.PARTIAL, 4, 1),
-        0,
-        (RunStatus.PARTIAL, 4, 1),
-        0,
-        (RunStatus.COMPLETED, 4, 0),
-        1,
+        (RunStatus.PARTIAL, 4, 1, 0),
+        (RunStatus.PARTIAL, 4, 1, 0),
+        (RunStatus.COMPLETED, 4, 0, 1),
     ]
     assert (item.item, item.parked) == ("2", True)
     async with database.connect() as conn:
