@@ -627,10 +627,9 @@ def _every_item_failed(run: Run) -> str:
     error = f"{first.error_type}: {first.message}"
     known = run.items_failed - run.memory.new_failures
     if known:
-        return (
-            f"all {run.memory.new_failures} new items failed ({known} more were failing "
-            f"already); the first: {error}"
-        )
+        new = run.memory.new_failures
+        what = "its one new item" if new == 1 else f"all {new} new items"
+        return f"{what} failed ({known} more were failing already); the first: {error}"
     if run.items_failed == 1:
         return f"its one item failed: {error}"
     return f"all {run.items_failed} items failed; the first: {error}"

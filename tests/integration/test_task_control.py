@@ -228,6 +228,16 @@ async def test_every_new_item_failing_still_fails_a_run_known_bad_ones_do_not(
     assert third.error is not None and "bad key 9" in third.error
     fourth = await app.run("batch", now=T0 + 3 * MINUTE)
     assert fourth.status is RunStatus.PARTIAL  # 9 is known now: one failure, not parked yet
+    # 9 failed twice: parked. 10 fails once (new, failed), then beside 11 (new): failed again.
+    batch.keys.append(10)
+    batch.bad.add(10)
+    assert (await app.run("batch", now=T0 + 4 * MINUTE)).status is RunStatus.FAILED
+    batch.keys.append(11)
+    batch.bad.add(11)
+    sixth = await app.run("batch", now=T0 + 5 * MINUTE)
+    assert (sixth.status, sixth.items_failed, sixth.items_parked) == (RunStatus.FAILED, 2, 3)
+    assert sixth.error is not None
+    assert sixth.error.startswith("its one new item failed (1 more were failing already)")
 
 
 async def test_park_after_none_keeps_no_memory(database: Database, batch: Batch) -> None:
