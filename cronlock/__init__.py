@@ -40,6 +40,7 @@ from .outcome import (
     SkipReason,
 )
 from .periodic import Misfire, PeriodicTask, Run, SlotPolicy, TaskBody
+from .periodic.control import FailingItem, Tasks, TaskState
 from .queue.control import QueueInfo, QueueState
 from .queue.drainer import CommitMode, Drainer, Keepalive
 from .queue.handling import JobCancel, JobContext, JobSnooze, current_job
@@ -70,6 +71,7 @@ __all__ = [
     "DrainerConflict",
     "DuplicateName",
     "Enqueued",
+    "FailingItem",
     "InvalidCron",
     "InvalidJobOption",
     "InvalidPayload",
@@ -103,6 +105,8 @@ __all__ = [
     "SkipReason",
     "SlotPolicy",
     "TaskBody",
+    "TaskState",
+    "Tasks",
     "UnknownJobType",
     "UnknownTask",
     "current_job",

@@ -30,12 +30,13 @@ from .errors import (
     DuplicateName,
     InvalidCron,
     LockKeyCollision,
-    UnknownTask,
 )
 from .locks import lock_key, namespace_key
 from .observe.tracehooks import Tracer
 from .outcome import DrainResult, JobStatus, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
+from .periodic.control import Tasks
+from .periodic.task import DEFAULT_PARK_AFTER
 from .pg import ServerError
 from .queue import cancel, control, operate
 from .queue.cancel import DEFAULT_CANCEL_WAIT
@@ -219,6 +220,7 @@ class App:
         catch_up_limit: int = 10,
         jitter: Seconds = 0,
         commit_every: int | None = None,
+        park_after: int | None = DEFAULT_PARK_AFTER,
     ) -> Callable[[TaskBody], TaskBody]:
         """Declare a periodic task; the decorated coroutine function receives a ``Run``.
 
@@ -232,6 +234,10 @@ class App:
         ``commit_every=N`` makes a run chunked (README "Chunked runs"): it commits every N
         top-level items, its lock held by a connection of its own, and its row says how far
         it got; without it a run is one transaction.
+
+        ``park_after=N`` parks an item (by its key) that failed in N consecutive runs: later
+        runs leave it out (``run.skip_parked``) and its failures no longer fail a run
+        (README "Poison items"); ``None`` never parks.
         """
         _check_name("task", name)
         if commit_every is not None and (
@@ -239,6 +245,12 @@ class App:
         ):
             raise ConfigurationError(
                 f"task {name!r}: commit_every must be a whole number of items, at least 1"
+            )
+        if park_after is not None and (
+            isinstance(park_after, bool) or not isinstance(park_after, int) or park_after < 1
+        ):
+            raise ConfigurationError(
+                f"task {name!r}: park_after must be a whole number of runs, at least 1, or None"
             )
         if name in RESERVED_NAMES:
             raise DuplicateName(f"task name {name!r} is reserved for the built-in task")
@@ -277,6 +289,7 @@ class App:
                 description=(body.__doc__ or "").strip().splitlines()[0] if body.__doc__ else "",
                 policy=policy,
                 commit_every=commit_every,
+                park_after=park_after,
             )
             self._lock_owners[(ns, key)] = name
             return body
@@ -284,15 +297,13 @@ class App:
         return register
 
     @property
-    def tasks(self) -> Mapping[str, PeriodicTask]:
-        return MappingProxyType(self._tasks)
+    def tasks(self) -> Tasks:
+        """The registered periodic tasks by name, and their control for the whole cluster:
+        ``pause``, ``resume``, ``run_now``, ``parked`` items (``cronlock.periodic.control``)."""
+        return Tasks(self, self._tasks)
 
     def task(self, name: str) -> PeriodicTask:
-        try:
-            return self._tasks[name]
-        except KeyError:
-            known = ", ".join(sorted(self._tasks)) or "none"
-            raise UnknownTask(f"unknown task {name!r} (registered: {known})") from None
+        return self.tasks.task(name)
 
     # -- job handlers and enqueueing ---------------------------------------------------------
 

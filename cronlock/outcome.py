@@ -79,6 +79,7 @@ class SkipReason(enum.StrEnum):
     LOCK_BUSY = "lock_busy"  # another run holds the task's lock right now
     SLOT_DONE = "slot_done"  # this slot already has its outcome
     NO_SLOT = "no_slot"  # the invocation is outside every slot's grace and not manual
+    PAUSED = "paused"  # an operator paused the task (cronlock task pause)
 
 
 class JobStatus(enum.StrEnum):
@@ -180,6 +181,8 @@ class RunResult:
     lateness_ms: float | None = None
     # A chunked run's committed chunks (None: not chunked, the run was one transaction).
     chunks: int | None = None
+    # Items left alone because they are parked (run.skip_parked).
+    items_parked: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -191,6 +194,7 @@ class RunResult:
             "duration_ms": round(self.duration_ms, 3),
             "items_ok": self.items_ok,
             "items_failed": self.items_failed,
+            "items_parked": self.items_parked,
             "failures": [f.to_dict() for f in self.failures],
             "error": self.error,
             "skip_reason": self.skip_reason,

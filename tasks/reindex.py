@@ -1,8 +1,10 @@
 """The reference's FTS reindex: ``to_tsvector`` per post, each post in its own savepoint.
 
 A post whose content cannot be indexed fails alone and is recorded in the run; the other
-posts of the batch commit. Posts that keep failing stay NULL and are tried again next run,
-so the batch is ordered by id and bounded: a run never holds more than BATCH_SIZE savepoints.
+posts of the batch commit. A post that keeps failing stays NULL and is tried again next run,
+until it failed in three runs in a row: then it is parked, and ``run.skip_parked`` leaves it
+out (``cronlock task parked reindex-fts`` lists it). The batch is ordered by id and bounded: a
+run never holds more than BATCH_SIZE savepoints.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ async def reindex_fts(run: cronlock.Run) -> None:
     post_ids = await run.session.scalars(
         select(Post.id).where(Post.search_vector.is_(None)).order_by(Post.id).limit(BATCH_SIZE)
     )
-    for post_id in post_ids.all():
+    for post_id in run.skip_parked(post_ids.all()):
         async with run.item(post_id):
             await run.session.execute(
                 update(Post)

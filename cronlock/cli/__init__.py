@@ -6,6 +6,7 @@ calls the library, renders what it got (``render``) and exits with its code (``c
     runs       run, list, crontab, demo       the periodic tasks
     queue      enqueue, drain, worker         the job queue
     operate    jobs …, queue …                find and act on jobs, pause and resume queues
+    tasks      task …                         pause, resume, run now; parked items
     scheduler  scheduler                      the scheduler daemon
     admin      migrate, status, prune         the schema, what the tables record, retention
     embedded   embedded status|stop|remove    the embedded PostgreSQL
@@ -28,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from .. import logs
 from ..errors import CronlockError
 from ..logs import FORMATS
-from . import admin, bench, embedded, operate, queue, runs, scheduler, serve
+from . import admin, bench, embedded, operate, queue, runs, scheduler, serve, tasks
 from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, Options, UsageFailure
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_USAGE", "cli", "main"]
@@ -155,6 +156,7 @@ for _command in (
     queue.worker,
     operate.jobs_group,
     operate.queue_group,
+    tasks.task_group,
     admin.prune,
     serve.serve,
     bench.bench,

@@ -56,6 +56,7 @@ __all__ = [
     "serve_started",
     "signal_received",
     "table",
+    "task_control_lines",
     "task_entries",
     "task_table",
     "warning",
@@ -234,6 +235,10 @@ def describe(result: RunResult) -> list[str]:
             else "nothing of the run was committed"
         )
         lines.append(f"  error: {result.error} ({kept})")
+    if result.items_parked:
+        lines.append(
+            f"  {result.items_parked} parked item(s) left out (cronlock task parked {result.task})"
+        )
     for failure in result.failures[:20]:
         lines.append(f"  item {failure.item}: {failure.error_type}: {failure.message}")
     if result.items_failed > 20:
@@ -355,6 +360,7 @@ def describe_status(report: dict[str, Any], now: datetime | None = None) -> list
         lines.append(f"{entry['task']}: {health_line(entry, now)}")
         if entry.get("overdue"):
             lines.append("  " + overdue_line(entry["overdue"]))
+        lines.extend(task_control_lines(entry, now))
         shown = list(runs)
         if real is not None and all(run["id"] != real["id"] for run in runs):
             shown.append(real)  # skips filled the last runs: the last real one, below them
@@ -429,7 +435,8 @@ def _run_detail(run: dict[str, Any]) -> str:
         return str(run["skip_reason"])
     if run["status"] == "missed":
         return ""
-    return f"{run['items_ok']} ok, {run['items_failed']} failed"
+    parked = f", {run['items_parked']} parked" if run.get("items_parked") else ""
+    return f"{run['items_ok']} ok, {run['items_failed']} failed{parked}"
 
 
 def health_line(entry: dict[str, Any], now: datetime | None = None) -> str:
@@ -448,6 +455,26 @@ def health_line(entry: dict[str, Any], now: datetime | None = None) -> str:
         f"last success {last}; {_plural(failures, 'failure')} and "
         f"{_plural(misses, 'missed slot')} in a row; {late}"
     )
+
+
+def task_control_lines(entry: dict[str, Any], now: datetime) -> list[str]:
+    """A task's pause and parked items, under its health line in ``cronlock status``."""
+    lines = []
+    paused = entry.get("paused")
+    if paused:
+        since = f"{_ago(paused['paused_at'], now)} ({_clock(paused['paused_at'], now)})"
+        lines.append(
+            f"  PAUSED by {paused['paused_by']} since {since}: its slots are skipped "
+            f"(cronlock task resume {entry['task']})"
+        )
+    parked = entry.get("parked") or []
+    if parked:
+        lines.append(
+            f"  {_plural(entry.get('parked_count', len(parked)), 'parked item')} "
+            f"(cronlock task parked {entry['task']}):"
+        )
+        lines.extend(f"    {item['item']}: {item['error']}" for item in parked[:5])
+    return lines
 
 
 def _plural(count: int, noun: str) -> str:

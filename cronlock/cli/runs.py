@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import NoReturn
 
 import click
 
@@ -110,7 +111,11 @@ def run_task(
         await schema.ensure_ready(database)
         return await app.run(task, manual=manual, grace=grace_delta)
 
-    result = run(go, app)
+    report_run(run(go, app), as_json, skipped_exit_code)
+
+
+def report_run(result: RunResult, as_json: bool, skipped_exit_code: int = EXIT_OK) -> NoReturn:
+    """Print a run's outcome (one JSON object, or its lines) and exit with its code."""
     if as_json:
         click.echo(json.dumps(result.to_dict()))
     else:

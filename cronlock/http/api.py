@@ -19,8 +19,9 @@ from typing import Annotated, Any
 
 from .. import schema, sql
 from ..app import App
-from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable
-from ..outcome import JobStatus
+from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable, UnknownTask
+from ..outcome import JobStatus, RunResult
+from ..periodic.control import TaskState
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
 from ..queue.control import QueueInfo, QueueState
 from ..queue.jobs import MAX_CONCURRENCY_LIMIT, MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
@@ -178,6 +179,7 @@ class RunView(BaseModel):
     finished_at: datetime | None
     items_ok: int
     items_failed: int
+    items_parked: int = 0
     failures: list[dict[str, Any]]
     error: str | None
     skip_reason: str | None
@@ -187,11 +189,36 @@ class RunView(BaseModel):
     lateness_ms: float | None
 
 
+class TaskStateView(BaseModel):
+    task: str
+    paused: bool
+    paused_at: datetime | None
+    paused_by: str | None
+    changed: bool
+
+
+class FailingItemView(BaseModel):
+    """An item of a task that failed in its latest ``failures`` runs; ``parked`` once it
+    reached the task's ``park_after`` (later runs leave it out)."""
+
+    task: str
+    item: str
+    parked: bool
+    failures: int
+    error: str
+    first_failed_at: datetime
+    last_failed_at: datetime
+    parked_at: datetime | None
+
+
 class Health(BaseModel):
     status: str
     revision: str | None = None
     detail: str | None = None
 
+
+# A periodic task's name in a path.
+TaskName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
 
 # The longest an HTTP cancel waits for a running job to stop (a client's request timeout).
 MAX_CANCEL_WAIT = 60.0
@@ -379,6 +406,67 @@ def create_router(
         name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
     ) -> QueueStateView:
         return _state(await app.resume_queue(name))
+
+    async def _task_state(name: str, pause: bool, by: str | None, request: Request) -> TaskState:
+        try:
+            if pause:
+                who = by or f"http from {request.client.host if request.client else 'unknown'}"
+                return await app.tasks.pause(name, by=who)
+            return await app.tasks.resume(name)
+        except UnknownTask as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    @router.post(
+        "/tasks/{name}/pause",
+        response_model=TaskStateView,
+        **guarded("writes", 404, 422),
+        summary="Pause a periodic task everywhere (its slots are recorded skipped: paused)",
+    )
+    async def pause_task(
+        name: TaskName,
+        request: Request,
+        by: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    ) -> TaskStateView:
+        state = await _task_state(name, True, by, request)
+        return TaskStateView.model_validate(state.to_dict())
+
+    @router.post(
+        "/tasks/{name}/resume",
+        response_model=TaskStateView,
+        **guarded("writes", 404, 422),
+        summary="Resume a paused periodic task",
+    )
+    async def resume_task(name: TaskName, request: Request) -> TaskStateView:
+        state = await _task_state(name, False, None, request)
+        return TaskStateView.model_validate(state.to_dict())
+
+    @router.post(
+        "/tasks/{name}/run",
+        **guarded("writes", 404, 422),
+        summary="Run a periodic task now, in this server, under its lock (a manual run)",
+    )
+    async def run_task_now(name: TaskName) -> dict[str, Any]:
+        """The run's outcome once it ended (``skipped``, ``lock_busy``, while another run
+        holds the task's lock). It runs here, in the server's process, which has the app and
+        its database: no scheduler need be running (a crontab-only deployment has none)."""
+        try:
+            result: RunResult = await app.tasks.run_now(name)
+        except UnknownTask as exc:
+            raise HTTPException(404, str(exc)) from None
+        return result.to_dict()
+
+    @router.get(
+        "/tasks/{name}/parked",
+        response_model=list[FailingItemView],
+        **guarded("reads", 404, 422),
+        summary="A periodic task's failing items, parked ones first, with their last error",
+    )
+    async def parked_items(name: TaskName) -> list[FailingItemView]:
+        try:
+            found = await app.tasks.parked(name)
+        except UnknownTask as exc:
+            raise HTTPException(404, str(exc)) from None
+        return [FailingItemView.model_validate(item.to_dict()) for item in found]
 
     @router.get("/queues", response_model=list[QueueView], **guarded("reads"), summary="Queues")
     async def list_queues() -> list[QueueView]:

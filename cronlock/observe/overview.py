@@ -3,13 +3,14 @@
 ``cronlock status`` counts and ranks whole tables, which is right for a command run now and
 then and too slow for a page that refreshes every few seconds over a million jobs. The overview
 reads the same facts another way: per task, a few entries of ``ix_runs_task_started_at``
-(its latest row, its latest success, its last outcomes for the streaks and lateness) and the
-schedule for overdue and the next fire time (``periodic.backlog``); per queue, each status's
-count up to ``COUNT_CAP`` (index-only scans of ``ix_jobs_open`` and, for completed jobs,
-``ix_jobs_finished``), the due jobs (``ix_jobs_claim``), the jobs finished in the last quarter
-of an hour (``ix_jobs_finished``) and the drainers' rows. A count at the cap is shown as "at
-least". A queue is listed when it has jobs that did not complete, jobs finished in the last
-quarter of an hour, a pause, drainers, or a handler or declaration in the app.
+(its latest row, its latest success, its last outcomes for the streaks and lateness), the
+schedule for overdue and the next fire time (``periodic.backlog``) and its pause (``tasks``);
+per queue, each status's count up to ``COUNT_CAP`` (index-only scans of ``ix_jobs_open`` and,
+for completed jobs, ``ix_jobs_finished``), the due jobs (``ix_jobs_claim``), the jobs finished
+in the last quarter of an hour (``ix_jobs_finished``) and the drainers' rows. A count at the
+cap is shown as "at least". A queue is listed when it has jobs that did not complete, jobs
+finished in the last quarter of an hour, a pause, drainers, or a handler or declaration in the
+app.
 """
 
 from __future__ import annotations
@@ -59,10 +60,16 @@ class TaskHealth:
     lateness_last_ms: float | None
     lateness_mean_ms: float | None
     lateness_max_ms: float | None
+    # Task control (periodic.control): paused by whom since when (None: not paused).
+    paused_at: datetime | None = None
+    paused_by: str | None = None
 
     @property
     def health(self) -> str:
-        """One word a person reads first: overdue, failing, missing, late or ok (or new)."""
+        """One word a person reads first: paused, overdue, failing, missing, late or ok (or
+        new)."""
+        if self.paused_at is not None:
+            return "paused"
         if self.overdue is not None:
             return "overdue"
         if self.consecutive_failures:
@@ -144,6 +151,7 @@ async def collect_overview(app: App, *, now: datetime | None = None) -> Overview
         for row in rows:
             outcomes.setdefault(row.task, []).append((row.status, row.lateness_ms))
         overdue = await backlog.overdue_by_task(conn, app.tasks.values(), now)
+        task_paused = {row.name: row for row in await conn.execute(sql.TASK_STATES)}
 
         counts: dict[str, dict[str, int]] = {}
         capped = await conn.execute(sql.JOB_COUNTS_CAPPED, {"cap": COUNT_CAP})
@@ -192,6 +200,8 @@ async def collect_overview(app: App, *, now: datetime | None = None) -> Overview
                 lateness_last_ms=lateness[0] if lateness else None,
                 lateness_mean_ms=sum(lateness) / len(lateness) if lateness else None,
                 lateness_max_ms=max(lateness) if lateness else None,
+                paused_at=task_paused[name].paused_at if name in task_paused else None,
+                paused_by=task_paused[name].paused_by if name in task_paused else None,
             )
         )
 

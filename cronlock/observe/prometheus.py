@@ -4,7 +4,8 @@
 age of the oldest due job, jobs finished and retries made, the created→completed latency
 histogram, active and standby drainers, paused and unserved queues, and per periodic task its
 runs by outcome, last success, consecutive failures, how overdue it is (from its schedule at
-scrape time, so it rises while nothing runs at all), and duration and lateness histograms.
+scrape time, so it rises while nothing runs at all; 0 while it is paused), whether it is paused
+and how many of its items are parked, and duration and lateness histograms.
 Names follow Prometheus conventions (``cronlock_…_total``, ``_seconds``).
 
 A scrape must stay cheap however long the history (/metrics may be open to anyone): the
@@ -111,6 +112,10 @@ async def scrape(
         tasks = await _run_totals(conn, run_mark)
         late = await backlog.overdue_by_task(conn, periodic, now)
         paused = [row.name for row in await conn.execute(sql.QUEUE_LIST) if row.paused_at]
+        task_states = {row.name: row.paused_at for row in await conn.execute(sql.TASK_STATES)}
+        parked: dict[str, int] = {
+            row.task: row.parked for row in await conn.execute(sql.ITEMS_PARKED_COUNTS)
+        }
 
     jobs = GaugeMetricFamily(
         "cronlock_jobs", "Jobs in the jobs table by queue and status.", labels=["queue", "status"]
@@ -218,6 +223,20 @@ async def scrape(
     )
     for name, behind in sorted(late.items()):
         overdue.add_metric([name], 0.0 if behind is None else behind.seconds)
+    task_paused = GaugeMetricFamily(
+        "cronlock_task_paused",
+        "1 while the task is paused (cronlock task pause): its slots are recorded skipped.",
+        labels=["task"],
+    )
+    items_parked = GaugeMetricFamily(
+        "cronlock_task_items_parked",
+        "Items of the task parked after failing in park_after runs in a row: left out of runs.",
+        labels=["task"],
+    )
+    for name in sorted(set(late) | set(task_states)):
+        task_paused.add_metric([name], 0.0 if task_states.get(name) is None else 1.0)
+    for name in sorted(set(late) | set(parked)):
+        items_parked.add_metric([name], parked.get(name, 0))
     duration = _histogram(
         "cronlock_task_duration_seconds", "How long runs took.", "task", tasks, "duration_"
     )
@@ -245,6 +264,8 @@ async def scrape(
         last_success,
         consecutive,
         overdue,
+        task_paused,
+        items_parked,
         duration,
         lateness,
     ]

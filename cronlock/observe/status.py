@@ -2,7 +2,8 @@
 
 Per task: the last runs, and how its schedule is doing — the last success, how many failures
 and missed slots in a row, how late recent runs started, and whether it is overdue (a slot past
-its grace with no outcome, from the schedule at read time: ``periodic.backlog``). The queue:
+its grace with no outcome, from the schedule at read time: ``periodic.backlog``), whether it is
+paused (by whom, since when) and its parked items with their last error. The queue:
 counts by status, the oldest due job, whether it is paused or unserved (due jobs that no live
 drainer takes: ``observe.serving``), recent failures, rates, and the drainers.
 """
@@ -46,6 +47,16 @@ async def collect(
         }
         health = await _slot_health(conn)
         overdue = await backlog.overdue_by_task(conn, app.tasks.values(), now)
+        paused = {
+            row.name: {"paused_at": _jsonable(row.paused_at), "paused_by": row.paused_by}
+            for row in await conn.execute(sql.TASK_STATES)
+            if row.paused_at is not None
+        }
+        parked: dict[str, list[dict[str, Any]]] = {}
+        for row in (await conn.execute(sql.ITEMS_PARKED, {"limit": PARKED_LISTED})).mappings():
+            parked.setdefault(row["task"], []).append(
+                {key: _jsonable(row[key]) for key in _PARKED_KEYS}
+            )
     names = sorted(set(app.tasks) | set(by_task))
     return {
         "tasks": [
@@ -55,11 +66,20 @@ async def collect(
                 "last_real_run": last_real.get(name),
                 **health.get(name, _NO_HEALTH),
                 "overdue": _overdue(overdue.get(name)),
+                # Task control (periodic.control): who paused it, since when; parked items.
+                "paused": paused.get(name),
+                "parked_count": parked[name][0]["parked_count"] if name in parked else 0,
+                "parked": parked.get(name, []),
             }
             for name in names
         ],
         "queue": await collect_queue(database, failures=max(limit, 10)),
     }
+
+
+# Parked items listed per task (the count says how many there are).
+PARKED_LISTED = 20
+_PARKED_KEYS = ("item", "failures", "error", "parked_at", "last_failed_at", "parked_count")
 
 
 def _overdue(late: backlog.Overdue | None) -> dict[str, Any] | None:

@@ -11,7 +11,9 @@ make one run enumerate and record half a million slots.
 the schedule and two indexed lookups per task. A task is overdue when the first slot after its
 latest claimed slot is past its grace with no outcome, so a host that died (or a crontab line
 nobody installed, once the task has any row) shows, and ``overdue_seconds`` grows from that
-deadline on instead of restarting at every slot.
+deadline on instead of restarting at every slot. A paused task owes nothing (its slots are
+recorded skipped, reason ``paused``), and once resumed it owes the first slot after the resume,
+not every slot since the last one before the pause.
 """
 
 from __future__ import annotations
@@ -118,8 +120,11 @@ def overdue(
     last_slot: datetime | None,
     first_started_at: datetime | None,
     now: datetime,
+    *,
+    resumed_at: datetime | None = None,
 ) -> Overdue | None:
-    """Whether ``task`` is overdue at ``now``, given its latest claimed slot and first row.
+    """Whether ``task`` is overdue at ``now``, given its latest claimed slot and first row
+    (and when it was last resumed, if it was paused once).
 
     The first slot it owes is the one after ``last_slot``; a task with no outcome yet owes the
     first slot after its first row of any kind (a skip, a manual run). A task with no row at
@@ -127,6 +132,8 @@ def overdue(
     ago must not be overdue since its last fire time, a month ago for a monthly one).
     """
     anchor = last_slot if last_slot is not None else first_started_at
+    if anchor is not None and resumed_at is not None:
+        anchor = max(anchor, resumed_at)
     if anchor is None:
         return None
     owed = task.schedule.next_fire_time(anchor + _TICK)
@@ -141,12 +148,17 @@ def overdue(
 async def overdue_by_task(
     executor: Executor, tasks: Iterable[PeriodicTask], now: datetime
 ) -> dict[str, Overdue | None]:
-    """``overdue`` of each of ``tasks`` at ``now``, read with one statement."""
+    """``overdue`` of each of ``tasks`` at ``now``, read with one statement (None for a
+    paused task)."""
     by_name = {task.name: task for task in tasks}
     if not by_name:
         return {}
     rows = await executor.execute(sql.RUN_LAST_SLOT_PER_TASK, {"tasks": sorted(by_name)})
     return {
-        row.task: overdue(by_name[row.task], row.last_slot, row.first_started_at, now)
+        row.task: None
+        if row.paused_at is not None
+        else overdue(
+            by_name[row.task], row.last_slot, row.first_started_at, now, resumed_at=row.resumed_at
+        )
         for row in rows
     }

@@ -21,6 +21,13 @@ asks. A partial unique index on ``runs(task, slot)`` makes the claim durable in 
 transaction that commits the work. A failed body rolls back to a savepoint taken after the
 lock, so its ``failed`` row claims the slot under the same lock.
 
+Under the lock the run also reads whether the task is paused (``cronlock task pause``): a
+paused task's slot is recorded ``skipped`` with reason ``paused``, whoever fired it (the
+scheduler, a crontab line), so its slot history stays whole; a manual run (run-now) still runs,
+being asked for by hand. And it reads the task's failing items (``poison.py``): ``run.skip_parked``
+leaves out the parked ones, and a run whose only failures are items that were failing already
+is ``partial``, not ``failed``; a run in which every new item failed still is.
+
 A run from crontab (``execute``) also leaves a trace of the slots nobody fired: under the
 lock, before its body, it records ``missed`` those since the task's latest claimed slot that
 have no row (``backlog``, the scheduler's look back), so a crontab-only deployment whose host
@@ -38,11 +45,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -63,6 +70,7 @@ from . import backlog
 from .chunks import Chunks, LockLost
 from .guard import Guard
 from .items import ItemFrame, ItemSavepoints
+from .poison import ItemMemory
 from .task import PeriodicTask, resolve_slot
 
 __all__ = ["ItemBlock", "Run", "execute", "record_missed", "run_slot"]
@@ -70,6 +78,8 @@ __all__ = ["ItemBlock", "Run", "execute", "record_missed", "run_slot"]
 logger = logging.getLogger("cronlock.periodic")
 # A run's outcome and its failed items (cronlock.logs: `cronlock run` prints them itself).
 runs_logger = logging.getLogger(RUNS_LOGGER)
+
+K = TypeVar("K")
 
 # A run's row keeps at most this many failures (items_failed still counts them all).
 MAX_RECORDED_FAILURES = 1000
@@ -84,12 +94,14 @@ class Run:
         session: AsyncSession,
         slot: datetime | None,
         chunks: Chunks | None = None,
+        memory: ItemMemory | None = None,
     ) -> None:
         self.task = task
         self.session = session
         self.slot = slot
         self.items_ok = 0
         self.items_failed = 0
+        self.memory = memory if memory is not None else ItemMemory((), task.park_after)
         self.failures: list[ItemFailure] = []
         self._savepoints = ItemSavepoints(session)
         self._chunks = chunks  # a chunked run's commits (None: the run is one transaction)
@@ -106,11 +118,26 @@ class Run:
         """
         return ItemBlock(self, key)
 
+    def skip_parked(self, keys: Iterable[K]) -> list[K]:
+        """``keys`` without the items that are parked (they failed in ``park_after``
+        consecutive runs): ``for post_id in run.skip_parked(ids): async with run.item(post_id)``.
+
+        The run counts them (``items_parked``); ``cronlock task parked TASK`` lists them with
+        their last error, and ``--retry KEY`` or ``--clear KEY`` gives one another try. A
+        parked key given to ``run.item`` without this filter is tried like any other.
+        """
+        return self.memory.skip_parked(keys)
+
+    @property
+    def items_parked(self) -> int:
+        return self.memory.skipped
+
     def _record_failure(self, key: object, exc: BaseException) -> None:
         self.items_failed += 1
         if self._on_item is not None:
             self._on_item(key, exc)
         failure = ItemFailure.from_exception(key, exc)
+        self.memory.failed(key, f"{failure.error_type}: {failure.message}")
         if len(self.failures) < MAX_RECORDED_FAILURES:
             self.failures.append(failure)
         runs_logger.warning(
@@ -157,6 +184,7 @@ class ItemBlock:
                     run._record_failure(self._key, failure)
                 else:
                     run.items_ok += 1
+                    run.memory.succeeded(self._key)
                     if run._on_item is not None:
                         run._on_item(self._key, None)
                 recorded = False
@@ -281,6 +309,7 @@ async def run_slot(
             duration_ms=(time.perf_counter() - clock) * 1000,
             items_ok=run.items_ok if run else 0,
             items_failed=run.items_failed if run else 0,
+            items_parked=run.items_parked if run else 0,
             failures=tuple(run.failures) if run else (),
             trigger=trigger,
             lateness_ms=lateness_ms,
@@ -294,10 +323,15 @@ async def run_slot(
             why,
             extra={"action": "run_skipped", "task": task.name, "reason": reason},
         )
-        return result(RunStatus.SKIPPED, skip_reason=reason)
+        # A pause says who paused the task, and since when, in the row.
+        return result(
+            RunStatus.SKIPPED,
+            skip_reason=reason,
+            error=why if reason is SkipReason.PAUSED else None,
+        )
 
-    async def gate(session: AsyncSession) -> RunResult | None:
-        """Take the lock and check the slot: the recorded skip, or None to go on."""
+    async def gate(session: AsyncSession) -> RunResult | ItemMemory:
+        """Take the lock and check the slot: the recorded skip, or the items' memory to go on."""
         locked = await session.scalar(
             sql.LOCK_TRY_XACT, {"namespace": task.lock_namespace, "key": task.lock_key}
         )
@@ -305,13 +339,7 @@ async def run_slot(
             await session.rollback()
             outcome = skipped(SkipReason.LOCK_BUSY, "another run holds the lock")
             return await _record(session, outcome) if record_busy else outcome
-        if slot is not None and await session.scalar(
-            sql.RUN_SLOT_CLAIMED, {"task": task.name, "slot": slot}
-        ):
-            return await _record(
-                session, skipped(SkipReason.SLOT_DONE, f"slot {slot.isoformat()} already ran")
-            )
-        return None
+        return await _gate_read(session, task, slot, skipped)
 
     if task.commit_every is not None:
         return await _run_chunked(
@@ -328,8 +356,9 @@ async def run_slot(
         )
 
     async with database.session() as session:
-        if (skip := await gate(session)) is not None:
-            return skip
+        memory = await gate(session)
+        if isinstance(memory, RunResult):
+            return memory
         # Recorded misses commit on their own, so they stand whatever becomes of this run
         # (even if its connection dies); the lock goes with that transaction, hence the gate
         # again.
@@ -337,11 +366,12 @@ async def run_slot(
             record_gaps
             and slot is not None
             and await _record_gaps(session, task, slot, now=started_at, trigger=trigger)
-            and (skip := await gate(session)) is not None
         ):
-            return skip
+            memory = await gate(session)
+            if isinstance(memory, RunResult):
+                return memory
 
-        run = Run(task, session, slot)
+        run = Run(task, session, slot, memory=memory)
         # Taken after the lock: a body that raises rolls back to here, and the failed row
         # then claims the slot while the lock is still held.
         body_savepoint = await session.begin_nested()
@@ -349,7 +379,7 @@ async def run_slot(
         raised: Exception | None = None
         try:
             await task.body(run)
-            if run.items_failed and not run.items_ok:
+            if _every_new_item_failed(run):
                 error = _every_item_failed(run)
             elif body_savepoint.is_active:
                 # Its RELEASE also releases an item savepoint whose RELEASE was held back.
@@ -358,6 +388,7 @@ async def run_slot(
             error, raised = error_line(exc), exc
         if error is None:
             status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
+            await run.memory.save(session, task.name, started_at, committed=True)
             return await _record_claim(session, result(status, run))
         runs_logger.error(
             "%s: failed and rolled back: %s",
@@ -369,6 +400,7 @@ async def run_slot(
         outcome = _without_committed_items(result(RunStatus.FAILED, run, error=error))
         try:
             await body_savepoint.rollback()
+            await run.memory.save(session, task.name, started_at, committed=False)
             return await _record_claim(session, outcome)
         except SQLAlchemyError:
             # The connection is gone (the savepoint's rollback may even "succeed" on an
@@ -415,12 +447,9 @@ async def _run_chunked(
                 return await _record(session, outcome)
         async with database.session() as session:
             await _interrupt_dead(session, task)
-            if slot is not None and await session.scalar(
-                sql.RUN_SLOT_CLAIMED, {"task": task.name, "slot": slot}
-            ):
-                return await _record(
-                    session, skipped(SkipReason.SLOT_DONE, f"slot {slot.isoformat()} already ran")
-                )
+            memory = await _gate_read(session, task, slot, skipped)
+            if isinstance(memory, RunResult):
+                return memory
             if record_gaps and slot is not None:
                 await _record_gaps(session, task, slot, now=started_at, trigger=trigger)
             # The row that claims the slot, committed before any work.
@@ -430,14 +459,19 @@ async def _run_chunked(
             assert claim.run_id is not None
             chunks = Chunks(session, guard, claim.run_id, every)
             await chunks.begin()
-            run = Run(task, session, slot, chunks)
-            return await _chunked_body(session, task, run, chunks, result)
+            run = Run(task, session, slot, chunks, memory)
+            return await _chunked_body(session, task, run, chunks, result, started_at)
     finally:
         await guard.release()
 
 
 async def _chunked_body(
-    session: AsyncSession, task: PeriodicTask, run: Run, chunks: Chunks, result: _Result
+    session: AsyncSession,
+    task: PeriodicTask,
+    run: Run,
+    chunks: Chunks,
+    result: _Result,
+    started_at: datetime,
 ) -> RunResult:
     """Run the body of a chunked run and record how it ended in its row."""
 
@@ -450,13 +484,14 @@ async def _chunked_body(
         await task.body(run)
         if chunks.broken is not None:
             raise chunks.broken  # the body caught a failed commit: the run cannot go on
-        if run.items_failed and not run.items_ok:
+        if _every_new_item_failed(run):
             error = _every_item_failed(run)
         else:
             await chunks.check_lock()
             status = RunStatus.PARTIAL if run.items_failed else RunStatus.COMPLETED
             last = chunks.committed + (1 if chunks.pending or not chunks.committed else 0)
             outcome = ended(status, chunks=last)
+            await run.memory.save(session, task.name, started_at, committed=True)
             if await _finish(session, outcome) is None:
                 raise LockLost("another run marked this run interrupted: it had lost its lock")
             await session.commit()
@@ -493,6 +528,7 @@ async def _chunked_body(
         ended(RunStatus.FAILED, error=error, chunks=chunks.committed),
         items_ok=chunks.committed_ok,
     )
+    await run.memory.save(session, task.name, started_at, committed=False)
     await _finish(session, outcome)
     await session.commit()
     return outcome
@@ -509,6 +545,7 @@ async def _finish(session: AsyncSession, outcome: RunResult) -> int | None:
             "new_finished_at": outcome.finished_at,
             "new_items_ok": outcome.items_ok,
             "new_items_failed": outcome.items_failed,
+            "new_items_parked": outcome.items_parked,
             "new_failures": [f.to_dict() for f in outcome.failures],
             "new_error": outcome.error,
             "new_chunks": outcome.chunks,
@@ -548,6 +585,36 @@ async def _interrupt_dead(session: AsyncSession, task: PeriodicTask) -> None:
         )
 
 
+async def _gate_read(
+    session: AsyncSession,
+    task: PeriodicTask,
+    slot: datetime | None,
+    skipped: Callable[[SkipReason, str], RunResult],
+) -> RunResult | ItemMemory:
+    """Under the lock: the recorded skip of a slot already claimed or of a paused task, else
+    the task's failing items (one statement, ``sql.RUN_GATE``)."""
+    found = (await session.execute(sql.RUN_GATE, {"task": task.name, "slot": slot})).one()
+    if slot is not None and found.claimed:
+        return await _record(
+            session, skipped(SkipReason.SLOT_DONE, f"slot {slot.isoformat()} already ran")
+        )
+    if slot is not None and found.paused_at is not None:
+        return await _record(
+            session,
+            skipped(
+                SkipReason.PAUSED,
+                f"paused by {found.paused_by} since {found.paused_at.isoformat()}",
+            ),
+        )
+    return ItemMemory(found.items, task.park_after)
+
+
+def _every_new_item_failed(run: Run) -> bool:
+    """Whether the run had items, did none of them, and some of its failures were new: items
+    that were failing already (``poison.py``) alone do not make a run ``failed``."""
+    return bool(run.items_failed and not run.items_ok and run.memory.new_failures)
+
+
 def _every_item_failed(run: Run) -> str:
     """The error of a run that had items and did none of them.
 
@@ -558,6 +625,11 @@ def _every_item_failed(run: Run) -> str:
     """
     first = run.failures[0]
     error = f"{first.error_type}: {first.message}"
+    known = run.items_failed - run.memory.new_failures
+    if known:
+        new = run.memory.new_failures
+        what = "its one new item" if new == 1 else f"all {new} new items"
+        return f"{what} failed ({known} more were failing already); the first: {error}"
     if run.items_failed == 1:
         return f"its one item failed: {error}"
     return f"all {run.items_failed} items failed; the first: {error}"
@@ -702,6 +774,7 @@ async def _record(session: AsyncSession, outcome: RunResult) -> RunResult:
             "finished_at": None if outcome.status is RunStatus.RUNNING else outcome.finished_at,
             "items_ok": outcome.items_ok,
             "items_failed": outcome.items_failed,
+            "items_parked": outcome.items_parked,
             "failures": [f.to_dict() for f in outcome.failures],
             "error": outcome.error,
             "skip_reason": outcome.skip_reason,
@@ -726,8 +799,10 @@ def _log_outcome(outcome: RunResult) -> None:
     what = outcome.status.value
     if outcome.skip_reason is not None:
         what = f"{what} ({outcome.skip_reason})"
-    elif outcome.items_ok or outcome.items_failed:
+    elif outcome.items_ok or outcome.items_failed or outcome.items_parked:
         what = f"{what}: {outcome.items_ok} items ok, {outcome.items_failed} failed"
+        if outcome.items_parked:
+            what += f", {outcome.items_parked} parked"
     runs_logger.info(
         "%s %s: %s in %.0f ms (run %s, %s)",
         outcome.task,

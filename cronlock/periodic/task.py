@@ -6,7 +6,8 @@ fast), else the latest fire time if it is at most ``grace`` behind (a slow host,
 Outside both there is no slot: the run is ``skipped`` (``no_slot``) unless it was asked for as
 manual, which runs under the lock with no slot at all. ``misfire`` says what the scheduler does
 with slots that passed while nobody fired them. ``commit_every`` makes its runs chunked
-(``chunks.py``).
+(``chunks.py``); ``park_after`` parks an item after that many consecutive failed runs
+(``poison.py``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,19 @@ from ..cron import CronSchedule
 if TYPE_CHECKING:
     from .run import Run
 
-__all__ = ["Misfire", "PeriodicTask", "SlotPolicy", "TaskBody", "resolve_slot"]
+__all__ = [
+    "DEFAULT_PARK_AFTER",
+    "Misfire",
+    "PeriodicTask",
+    "SlotPolicy",
+    "TaskBody",
+    "resolve_slot",
+]
 
 TaskBody = Callable[["Run"], Awaitable[None]]
+
+# A task's default park_after: consecutive failed runs of one item before it is parked.
+DEFAULT_PARK_AFTER = 3
 
 
 class Misfire(enum.StrEnum):
@@ -62,6 +73,8 @@ class PeriodicTask:
     # Commit every this many top-level items (a chunked run, ``chunks.py``); None: the run is
     # one transaction.
     commit_every: int | None = None
+    # Consecutive failed runs of one item before it is parked (``poison.py``); None: never.
+    park_after: int | None = DEFAULT_PARK_AFTER
 
 
 def resolve_slot(

@@ -1,8 +1,8 @@
 """Every SQL statement cronlock issues, named, parameterised, in one place: this package.
 
 Statements are SQLAlchemy Core built from the tables (``tables.py``), one module per table
-(``jobs``, ``runs``, ``workers``, ``queues``) plus the advisory locks (``locks``), the item
-savepoints' verbs (``savepoints``), alembic's version table (``migrations``), histogram
+(``jobs``, ``runs``, ``workers``, ``queues``, ``tasks``) plus the advisory locks (``locks``),
+the item savepoints' verbs (``savepoints``), alembic's version table (``migrations``), histogram
 buckets computed in SQL (``histograms``) and ``cronlock bench``'s own (``bench``). Values are
 bound parameters and the schema is applied by ``schema_translate_map``, so nothing from input
 is ever formatted into SQL. Names put the noun first so related statements sort together;
@@ -123,13 +123,26 @@ from .runs import (
     RUN_PRUNE_COUNT,
     RUN_RECENT,
     RUN_RECENT_PER_TASK,
-    RUN_SLOT_CLAIMED,
     RUN_SLOTS_RECORDED,
     RUN_TASK_NAMES,
     RUN_TOTALS,
     run_page,
 )
 from .savepoints import ITEM_RELEASE, ITEM_RELEASE_AND_SAVEPOINT, ITEM_ROLLBACK, ITEM_SAVEPOINT
+from .tasks import (
+    ITEM_UNPARK,
+    ITEMS_FAILED,
+    ITEMS_FORGET,
+    ITEMS_FORGET_ALL,
+    ITEMS_OF_TASK,
+    ITEMS_PARKED,
+    ITEMS_PARKED_COUNTS,
+    ITEMS_SUCCEEDED,
+    RUN_GATE,
+    TASK_PAUSE,
+    TASK_RESUME,
+    TASK_STATES,
+)
 from .workers import (
     WORKER_ALIVE_WITHIN,
     WORKER_DELETE,
@@ -150,10 +163,18 @@ __all__ = [
     "FENCE_CHECK",
     "FENCE_OTHER_HOLDERS",
     "FENCE_TERMINATE_STALLED",
+    "ITEMS_FAILED",
+    "ITEMS_FORGET",
+    "ITEMS_FORGET_ALL",
+    "ITEMS_OF_TASK",
+    "ITEMS_PARKED",
+    "ITEMS_PARKED_COUNTS",
+    "ITEMS_SUCCEEDED",
     "ITEM_RELEASE",
     "ITEM_RELEASE_AND_SAVEPOINT",
     "ITEM_ROLLBACK",
     "ITEM_SAVEPOINT",
+    "ITEM_UNPARK",
     "JOBS_MARK",
     "JOB_BY_DEDUP_KEY",
     "JOB_CANCEL",
@@ -221,6 +242,7 @@ __all__ = [
     "RUN_CHUNK_COMMIT",
     "RUN_CLAIMING_RECENT_PER_TASK",
     "RUN_FINISH",
+    "RUN_GATE",
     "RUN_GET",
     "RUN_INSERT",
     "RUN_INSERT_MISSED",
@@ -241,12 +263,14 @@ __all__ = [
     "RUN_RECENT",
     "RUN_RECENT_PER_TASK",
     "RUN_SLOTS_RECORDED",
-    "RUN_SLOT_CLAIMED",
     "RUN_TASK_NAMES",
     "RUN_TOTALS",
     "RUN_TOTALS_FOLD",
     "RUN_TOTALS_NOW",
     "SCHEMA_REVISION",
+    "TASK_PAUSE",
+    "TASK_RESUME",
+    "TASK_STATES",
     "WORKER_ALIVE_WITHIN",
     "WORKER_DELETE",
     "WORKER_HEARTBEAT_SECONDS",

@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..outcome import RUN_CLAIMING_STATUSES, RUN_SUCCESS_STATUSES
 from .histograms import buckets
-from .tables import RUN_CLAIMING_PREDICATE, RUN_STATUSES, runs
+from .tables import RUN_CLAIMING_PREDICATE, RUN_STATUSES, runs, tasks
 
 __all__ = [
     "RUN_CHUNK_COMMIT",
@@ -60,7 +60,6 @@ __all__ = [
     "RUN_RECENT",
     "RUN_RECENT_PER_TASK",
     "RUN_SLOTS_RECORDED",
-    "RUN_SLOT_CLAIMED",
     "RUN_TASK_NAMES",
     "RUN_TOTALS",
     "run_page",
@@ -127,6 +126,7 @@ RUN_FINISH = (
         finished_at=bindparam("new_finished_at", type_=DateTime(timezone=True)),
         items_ok=bindparam("new_items_ok", type_=Integer),
         items_failed=bindparam("new_items_failed", type_=Integer),
+        items_parked=bindparam("new_items_parked", type_=Integer),
         failures=bindparam("new_failures", type_=JSONB),
         error=bindparam("new_error", type_=Text),
         chunks=bindparam("new_chunks", type_=Integer),
@@ -172,10 +172,6 @@ _slot = bindparam("slot", type_=DateTime(timezone=True))
 # against constants, and bound values would leave a generic plan scanning the task's rows.
 _claiming = runs.c.status.in_([literal_column(repr(s.value)) for s in RUN_CLAIMING_STATUSES])
 
-# Read under the task's advisory lock, so the run that committed last is visible: READ
-# COMMITTED takes a fresh snapshot per statement, after the lock was granted.
-RUN_SLOT_CLAIMED = select(exists().where(runs.c.task == _task, runs.c.slot == _slot, _claiming))
-
 # A slot nobody ran. The unique index arbitrates between schedulers recording the same miss.
 RUN_INSERT_MISSED = (
     pg_insert(runs)
@@ -210,9 +206,10 @@ _names = (
 )
 
 # Per task of :tasks: its latest claimed slot, and when its first row of any kind started (a
-# task with no outcome yet is known to exist since then). What overdue is computed from; two
-# one-entry index scans per task (ux_runs_task_slot, ix_runs_task_started_at), never a scan
-# of the table.
+# task with no outcome yet is known to exist since then), and its row of ``tasks``: paused
+# since when, else when it was last resumed. What overdue is computed from; two one-entry
+# index scans per task (ux_runs_task_slot, ix_runs_task_started_at), never a scan of the
+# table, and a probe of the tasks' primary key.
 RUN_LAST_SLOT_PER_TASK = select(
     _names.c.task,
     select(func.max(runs.c.slot))
@@ -223,6 +220,14 @@ RUN_LAST_SLOT_PER_TASK = select(
     .where(runs.c.task == _names.c.task)
     .scalar_subquery()
     .label("first_started_at"),
+    select(tasks.c.paused_at)
+    .where(tasks.c.name == _names.c.task)
+    .scalar_subquery()
+    .label("paused_at"),
+    select(tasks.c.updated_at)
+    .where(tasks.c.name == _names.c.task, tasks.c.paused_at.is_(None))
+    .scalar_subquery()
+    .label("resumed_at"),
 )
 
 # -- status ---------------------------------------------------------------------------------

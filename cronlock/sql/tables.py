@@ -66,6 +66,7 @@ __all__ = [
     "WORKER_STATES",
     "cancel_channel",
     "cancel_requests",
+    "failing_items",
     "in_list",
     "job_totals",
     "jobs",
@@ -75,6 +76,7 @@ __all__ = [
     "queues",
     "run_totals",
     "runs",
+    "tasks",
     "workers",
 ]
 
@@ -344,6 +346,8 @@ runs = Table(
     # that died says here where it stopped.
     Column("chunks", Integer),
     Column("committed_at", DateTime(timezone=True)),
+    # Items the run left alone because they are parked (migration 0015, failing_items).
+    Column("items_parked", Integer, nullable=False, server_default="0"),
     CheckConstraint(in_list("status", RUN_STATUSES), name="status"),
     CheckConstraint(in_list("trigger", RUN_TRIGGERS), name="trigger"),
 )
@@ -368,6 +372,39 @@ Index(
 # The index's predicate, for ON CONFLICT to name it: it must be spelled with constants, since
 # PostgreSQL cannot prove that a predicate with bound parameters implies the index's.
 RUN_CLAIMING_PREDICATE = text(in_list("status", RUN_CLAIMING_STATUSES))
+
+
+# One row per periodic task an operator paused or resumed (migration 0015), the twin of
+# ``queues``: a run reads it under the task's lock, so from the commit on every slot of a
+# paused task, fired by any scheduler or crontab line, is recorded skipped (paused). Resuming
+# keeps the row, with paused_at NULL and updated_at the moment of the resume (overdue counts
+# from it, not from the last slot before the pause).
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("paused_at", DateTime(timezone=True)),
+    Column("paused_by", Text),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("length(name) BETWEEN 1 AND 200", name="name"),
+)
+
+# The items of a task that failed in their latest attempts (migration 0015): one row per
+# (task, item key) with its consecutive failures and last error, written with the run's
+# outcome. At the task's park_after failures the item is parked (parked_at): later runs skip
+# it (``run.skip_parked``) and its failures no longer fail a run. An item that succeeds loses
+# its row. Small: only items that are failing now have one.
+failing_items = Table(
+    "failing_items",
+    metadata,
+    Column("task", Text, primary_key=True),
+    Column("item", Text, primary_key=True),
+    Column("failures", Integer, nullable=False),
+    Column("error", Text, nullable=False),
+    Column("first_failed_at", DateTime(timezone=True), nullable=False),
+    Column("last_failed_at", DateTime(timezone=True), nullable=False),
+    Column("parked_at", DateTime(timezone=True)),
+)
 
 
 # The metrics' rollup of finished jobs (migration 0011): per queue, what /metrics reports for

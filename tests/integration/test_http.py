@@ -218,6 +218,10 @@ def test_openapi_is_complete() -> None:
         "/queues",
         "/queues/{name}/pause",
         "/queues/{name}/resume",
+        "/tasks/{name}/pause",
+        "/tasks/{name}/resume",
+        "/tasks/{name}/run",
+        "/tasks/{name}/parked",
         "/runs",
         "/healthz",
         "/metrics",
@@ -249,6 +253,10 @@ def test_openapi_describes_the_bearer_scheme() -> None:
         "GET /queues",
         "POST /queues/{name}/pause",
         "POST /queues/{name}/resume",
+        "POST /tasks/{name}/pause",
+        "POST /tasks/{name}/resume",
+        "POST /tasks/{name}/run",
+        "GET /tasks/{name}/parked",
         "GET /runs",
         "GET /metrics",
     }
@@ -265,6 +273,9 @@ def test_openapi_describes_the_bearer_scheme() -> None:
         "DELETE /jobs/{job_id}",
         "POST /queues/{name}/pause",
         "POST /queues/{name}/resume",
+        "POST /tasks/{name}/pause",
+        "POST /tasks/{name}/resume",
+        "POST /tasks/{name}/run",
     }  # every write needs the token, whatever is public
     assert "securitySchemes" not in create_api(App()).openapi().get("components", {})
 

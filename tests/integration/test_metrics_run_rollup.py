@@ -272,6 +272,7 @@ async def test_a_running_run_below_the_mark_is_counted_once_when_it_finishes(
                 "new_finished_at": _T0 + timedelta(minutes=5),
                 "new_items_ok": 0,
                 "new_items_failed": 1,
+                "new_items_parked": 0,
                 "new_failures": [],
                 "new_error": "RuntimeError: boom",
                 "new_chunks": 3,

@@ -255,6 +255,8 @@ def create_dashboard(
         async with app.database.connect() as conn:
             rows = (await conn.execute(sql.run_page(before=bool(before)), params)).mappings().all()
         runs = [dict(row) for row in rows[:PAGE_SIZE]]
+        state = (await app.tasks.states()).get(name)
+        failing = await app.tasks.parked(name) if task is not None else []
         last = runs[-1] if len(rows) > PAGE_SIZE else None
         older = None if last is None else f"{last['started_at'].isoformat()}_{last['id']}"
         return page(
@@ -269,6 +271,8 @@ def create_dashboard(
             older=older,
             first_page=not before,
             max_days=MAX_DAYS,
+            state=state,
+            failing=failing,
         )
 
     @router.get("/runs/{run_id}", name=_NAME + "run")
@@ -439,6 +443,40 @@ def create_dashboard(
     @router.post("/queues/{name}/resume", name=_NAME + "resume")
     async def resume(request: Request, name: str) -> Response:
         return await _queue_verb(request, name, False)
+
+    @router.post("/tasks/{name}/{verb}", name=_NAME + "task_verb")
+    async def task_verb(request: Request, name: str, verb: str) -> Response:
+        """The task page's buttons: pause, resume, run (now)."""
+        if verb not in ("pause", "resume", "run"):
+            return problem(request, viewer(access, request), 404, f"No such action: {verb[:40]!r}")
+        checked = await writer(request)
+        if isinstance(checked, Response):
+            return checked
+        who, _ = checked
+        client = request.client.host if request.client else "unknown"
+        try:
+            if verb == "run":
+                result = await app.tasks.run_now(name)
+                done = f"run {result.run_id}: {result.status.value}" + (
+                    f" ({result.skip_reason})" if result.skip_reason else ""
+                )
+            else:
+                state = await (
+                    app.tasks.pause(name, by=f"dashboard from {client}")
+                    if verb == "pause"
+                    else app.tasks.resume(name)
+                )
+                done = f"task {name} {'paused' if state.paused else 'resumed'}"
+        except CronlockError as exc:
+            return problem(request, who, 422, str(exc))
+        logger.info(
+            "dashboard: %s task %s",
+            verb,
+            name,
+            extra={"action": f"dashboard_task_{verb}", "task": name},
+        )
+        where = request.url_for(_NAME + "task", name=name).path
+        return RedirectResponse(f"{where}?{urlencode({'done': done})}", status_code=303)
 
     # -- login -------------------------------------------------------------------------
 
