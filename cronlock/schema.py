@@ -61,19 +61,85 @@ def head_revision() -> str:
     return head
 
 
-async def _alembic(database: Database, action: str, revision: str) -> None:
+async def _alembic(
+    database: Database,
+    action: str,
+    revision: str,
+    *,
+    lock_timeout: float | None = None,
+    retry_for: float | None = None,
+    index_timeout: float | None = None,
+) -> None:
+    """Run alembic's ``action`` to ``revision``; a migration whose lock wait timed out is
+    started again after a pause until ``retry_for`` has passed (``cronlock.online``, rule 1)."""
+    import asyncio
+    import logging
+    import time
+
+    from . import online
+
     config = _config(database)
+    budget = online.RETRY_FOR if retry_for is None else retry_for
+    timeout = online.LOCK_TIMEOUT if lock_timeout is None else lock_timeout
+    config.attributes.update(
+        lock_timeout=timeout,
+        index_timeout=online.INDEX_TIMEOUT if index_timeout is None else index_timeout,
+        deadline=time.monotonic() + budget,
+    )
 
     def run(connection: Connection) -> None:
         config.attributes["connection"] = connection
         getattr(command, action)(config, revision)
 
-    async with database.engine.begin() as conn:
-        await conn.run_sync(run)
+    attempt = 0
+    while True:
+        try:
+            async with database.engine.connect() as conn:
+                await conn.run_sync(run)
+            return
+        except DBAPIError as exc:
+            if not online.is_lock_timeout(exc):
+                raise
+        attempt += 1
+        async with database.connect() as conn:
+            blocker = await conn.run_sync(online.oldest_transaction)
+        at = await current_revision(database) or "base"
+        if time.monotonic() >= config.attributes["deadline"]:
+            raise DatabaseUnavailable(
+                f"migrating from revision {at}: a lock wait kept timing out ({timeout:g} s "
+                f"each, {attempt} tries in {budget:g} s; {blocker}): end that transaction or "
+                "run `cronlock migrate` again"
+            )
+        pause = online.pause(attempt)
+        logging.getLogger(__name__).warning(
+            "migrating from revision %s: waited %g s for a lock (%s); retry %d in %.1f s",
+            at,
+            timeout,
+            blocker,
+            attempt,
+            pause,
+            extra={"action": "migrate_retry"},
+        )
+        await asyncio.sleep(pause)
 
 
-async def upgrade(database: Database, revision: str = "head") -> None:
-    await _alembic(database, "upgrade", revision)
+async def upgrade(
+    database: Database,
+    revision: str = "head",
+    *,
+    lock_timeout: float | None = None,
+    retry_for: float | None = None,
+    index_timeout: float | None = None,
+) -> None:
+    """Migrate up to ``revision``; the timeouts are ``cronlock.online``'s (defaults there)."""
+    await _alembic(
+        database,
+        "upgrade",
+        revision,
+        lock_timeout=lock_timeout,
+        retry_for=retry_for,
+        index_timeout=index_timeout,
+    )
 
 
 async def downgrade(database: Database, revision: str = "base") -> None:

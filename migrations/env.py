@@ -1,39 +1,55 @@
 """alembic environment for cronlock's own schema.
 
 Run through ``cronlock migrate`` (``cronlock.schema``), which hands over a connection and the
-schema name. Its version table is ``cronlock_alembic_version`` inside that schema, so it
-coexists with the application's own alembic history.
+schema name, or, for ``cronlock migrate --sql``, offline: the statements are printed, not run.
+Its version table is ``cronlock_alembic_version`` inside that schema, so it coexists with the
+application's own alembic history.
+
+Every migration commits on its own (an online index build cannot run in a transaction) under a
+short ``lock_timeout``; the rules the migrations follow are ``cronlock.online``'s.
 """
 
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import CreateSchema
 
 from cronlock.locks import lock_key, namespace_key
+from cronlock.online import LOCK_TIMEOUT
+from cronlock.sql import migrations as statements
 from cronlock.sql.tables import SCHEMA, VERSION_TABLE, metadata
 
 config = context.config
 schema: str = config.attributes.get("schema", SCHEMA)
 connection: Connection | None = config.attributes.get("connection")
+_LOCK = {"namespace": namespace_key("cronlock"), "key": lock_key("migrate")}
+_OPTIONS = {
+    "target_metadata": metadata,
+    "version_table": VERSION_TABLE,
+    "version_table_schema": schema,
+    "include_schemas": True,
+    "transaction_per_migration": True,
+}
 
-if connection is None:
-    raise RuntimeError("run cronlock's migrations with `cronlock migrate`")
-
-# Two hosts migrating at once take turns; the lock ends with the transaction.
-connection.execute(
-    select(func.pg_advisory_xact_lock(namespace_key("cronlock"), lock_key("migrate")))
-)
-connection.execute(CreateSchema(schema, if_not_exists=True))
-context.configure(
-    connection=connection,
-    target_metadata=metadata,
-    version_table=VERSION_TABLE,
-    version_table_schema=schema,
-    include_schemas=True,
-    transaction_per_migration=False,
-)
-with context.begin_transaction():
+if context.is_offline_mode():
+    context.configure(dialect_name="postgresql", literal_binds=True, **_OPTIONS)
+    context.execute(CreateSchema(schema, if_not_exists=True))
     context.run_migrations()
+elif connection is None:
+    raise RuntimeError("run cronlock's migrations with `cronlock migrate`")
+else:
+    # Waited for without a timeout: a host waiting for another's migration blocks nobody.
+    connection.execute(statements.MIGRATE_LOCK, _LOCK)
+    lock_timeout = float(config.attributes.get("lock_timeout", LOCK_TIMEOUT))
+    connection.execute(statements.SET_LOCK_TIMEOUT, {"timeout": f"{lock_timeout * 1000:.0f}ms"})
+    try:
+        connection.execute(CreateSchema(schema, if_not_exists=True))
+        connection.commit()
+        context.configure(connection=connection, **_OPTIONS)
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        connection.rollback()
+        connection.execute(statements.MIGRATE_UNLOCK, _LOCK)
+        connection.commit()

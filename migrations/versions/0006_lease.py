@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
+from cronlock import online
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -30,23 +32,23 @@ def _schema() -> str:
 
 def upgrade() -> None:
     schema = _schema()
-    op.add_column("jobs", sa.Column("owner", sa.Uuid(), nullable=True), schema=schema)
+    op.add_column(
+        "jobs", sa.Column("owner", sa.Uuid(), nullable=True), schema=schema, if_not_exists=True
+    )
     op.add_column(
         "jobs",
         sa.Column("attempt", sa.Integer(), server_default="0", nullable=False),
         schema=schema,
+        if_not_exists=True,
     )
     op.add_column(
         "jobs",
         sa.Column("lost_runs", sa.Integer(), server_default="0", nullable=False),
         schema=schema,
+        if_not_exists=True,
     )
-    op.create_index(
-        "ix_jobs_processing",
-        "jobs",
-        ["queue", "owner"],
-        schema=schema,
-        postgresql_where=sa.text("status IN ('processing')"),
+    online.create_index(
+        "ix_jobs_processing", "jobs", ["queue", "owner"], where="status IN ('processing')"
     )
 
 
