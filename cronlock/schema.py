@@ -95,7 +95,12 @@ async def _alembic(
     while True:
         try:
             async with database.engine.connect() as conn:
-                await conn.run_sync(run)
+                try:
+                    await conn.run_sync(run)
+                finally:
+                    # Its session settings (lock_timeout) and, after a cut, its advisory lock
+                    # must not go back to the pool with it.
+                    await conn.invalidate()
             return
         except DBAPIError as exc:
             if not online.is_lock_timeout(exc):
