@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -27,9 +28,11 @@ __all__ = [
     "head_revision",
     "is_schema_missing",
     "migrations_directory",
+    "pending_revisions",
     "schema_missing",
     "sqlstate",
     "upgrade",
+    "upgrade_sql",
 ]
 
 # What PostgreSQL says when a statement names a table, column or function that is not there:
@@ -149,6 +152,34 @@ async def upgrade(
 
 async def downgrade(database: Database, revision: str = "base") -> None:
     await _alembic(database, "downgrade", revision)
+
+
+def pending_revisions(current: str | None) -> list[str] | None:
+    """The revisions an upgrade from ``current`` (None: nothing installed) would apply, oldest
+    first; None when ``current`` is not one of this cronlock's (a newer schema)."""
+    scripts = ScriptDirectory.from_config(_config())
+    if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
+        return None
+    pending = scripts.iterate_revisions(head_revision(), current or "base")
+    return [script.revision for script in reversed(list(pending))]
+
+
+def upgrade_sql(database: Database, current: str | None) -> str:
+    """The statements an upgrade from ``current`` to head runs, for a DBA to apply by hand
+    (alembic's offline mode: nothing is run, the database is not read)."""
+    import io
+
+    config = _config(database)
+    config.output_buffer = io.StringIO()
+    config.attributes["lock_timeout"] = _online().LOCK_TIMEOUT
+    command.upgrade(config, f"{current}:head" if current else "head", sql=True)
+    return config.output_buffer.getvalue()
+
+
+def _online() -> Any:
+    from . import online
+
+    return online
 
 
 async def current_revision(database: Database) -> str | None:

@@ -34,6 +34,8 @@ _OPTIONS = {
 
 if context.is_offline_mode():
     context.configure(dialect_name="postgresql", literal_binds=True, **_OPTIONS)
+    lock_timeout = float(config.attributes.get("lock_timeout", LOCK_TIMEOUT))
+    context.execute(statements.SET_LOCK_TIMEOUT.params(timeout=f"{lock_timeout * 1000:.0f}ms"))
     context.execute(CreateSchema(schema, if_not_exists=True))
     context.run_migrations()
 elif connection is None:

@@ -131,6 +131,7 @@ from .runs import (
 )
 from .savepoints import ITEM_RELEASE, ITEM_RELEASE_AND_SAVEPOINT, ITEM_ROLLBACK, ITEM_SAVEPOINT
 from .workers import (
+    QUEUE_BUSY,
     WORKER_ALIVE_WITHIN,
     WORKER_DELETE,
     WORKER_HEARTBEAT_SECONDS,
@@ -211,6 +212,7 @@ __all__ = [
     "METRIC_MARK_TAKE",
     "NO_TIMEOUTS_LOCAL",
     "PING",
+    "QUEUE_BUSY",
     "QUEUE_GET",
     "QUEUE_LIST",
     "QUEUE_NOTIFY",
