@@ -28,6 +28,7 @@ __all__ = [
     "head_revision",
     "is_schema_missing",
     "migrations_directory",
+    "oldest_code",
     "pending_revisions",
     "schema_missing",
     "sqlstate",
@@ -203,11 +204,35 @@ async def ensure_ready(database: Database) -> None:
             f"{database.display_url}: run `cronlock migrate`"
         )
     head = head_revision()
-    if revision != head:
+    if revision == head:
+        return
+    if pending_revisions(revision) is not None:
         raise DatabaseUnavailable(
             f"cronlock's schema is at revision {revision}, this cronlock needs {head}: "
             "run `cronlock migrate`"
         )
+    # Newer than this code: it works on if the schema says code from this head on does
+    # (cronlock.online, rule 6: code N works against schema N and N+1).
+    oldest = await oldest_code(database)
+    if oldest is None or pending_revisions(oldest) is None:
+        raise DatabaseUnavailable(
+            f"cronlock's schema is at revision {revision}, which needs cronlock code from "
+            f"revision {oldest or '?'} on; this cronlock is at {head}: upgrade cronlock"
+        )
+
+
+async def oldest_code(database: Database) -> str | None:
+    """The oldest code revision that works against the database's schema (None: not said)."""
+    from .sql import migrations
+    from .sql.tables import VERSION_TABLE
+
+    async with database.connect() as conn:
+        found: str | None = (
+            await conn.execute(
+                migrations.OLDEST_CODE, {"schema": database.schema, "table": VERSION_TABLE}
+            )
+        ).scalar_one_or_none()
+    return found
 
 
 def is_schema_missing(exc: BaseException) -> bool:

@@ -32,12 +32,31 @@ _OPTIONS = {
     "transaction_per_migration": True,
 }
 
+
+def _oldest_code() -> str | None:
+    """The oldest code revision that works against the schema now: the latest ``oldest_code``
+    declared by the migrations up to the current revision (revisions are numbered)."""
+    current = context.get_context().get_current_revision()
+    if current is None:
+        return None
+    scripts = context.script.iterate_revisions(current, "base")
+    return max(script.module.oldest_code for script in scripts)
+
+
 if context.is_offline_mode():
     context.configure(dialect_name="postgresql", literal_binds=True, **_OPTIONS)
     lock_timeout = float(config.attributes.get("lock_timeout", LOCK_TIMEOUT))
     context.execute(statements.SET_LOCK_TIMEOUT.params(timeout=f"{lock_timeout * 1000:.0f}ms"))
     context.execute(CreateSchema(schema, if_not_exists=True))
     context.run_migrations()
+    # Offline the current revision is the range's end (a downgrade is not printed).
+    ending = context.get_revision_argument()
+    last = context.script.get_revision(ending if isinstance(ending, str) else None)
+    if last is not None:
+        floor = max(
+            s.module.oldest_code for s in context.script.iterate_revisions(last.revision, "base")
+        )
+        context.execute(statements.record_oldest_code(schema, floor))
 elif connection is None:
     raise RuntimeError("run cronlock's migrations with `cronlock migrate`")
 else:
@@ -51,6 +70,10 @@ else:
         context.configure(connection=connection, **_OPTIONS)
         with context.begin_transaction():
             context.run_migrations()
+        oldest = _oldest_code()
+        if oldest is not None:
+            connection.execute(statements.record_oldest_code(schema, oldest))
+            connection.commit()
     finally:
         connection.rollback()
         connection.execute(statements.MIGRATE_UNLOCK, _LOCK)

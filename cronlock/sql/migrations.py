@@ -5,6 +5,7 @@ was most likely behind (``cronlock.online``)."""
 from __future__ import annotations
 
 from sqlalchemy import Column, MetaData, String, Table, Text, bindparam, func, select, text
+from sqlalchemy.schema import SetTableComment
 
 from .tables import SCHEMA, VERSION_TABLE
 
@@ -12,9 +13,11 @@ __all__ = [
     "INDEX_VALID",
     "MIGRATE_LOCK",
     "MIGRATE_UNLOCK",
+    "OLDEST_CODE",
     "OLDEST_TRANSACTION",
     "SCHEMA_REVISION",
     "SET_LOCK_TIMEOUT",
+    "record_oldest_code",
 ]
 
 # alembic owns this table; it is declared here only to read it.
@@ -37,7 +40,7 @@ INDEX_VALID = text(
     "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
     "JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE n.nspname = :schema AND c.relname = :name"
-)
+).bindparams(bindparam("schema", type_=Text), bindparam("name", type_=Text))
 
 # Once a lock wait has timed out its blocker is no longer known (pg_blocking_pids needs the
 # wait): the oldest open transaction of the database is what a migration usually waits for.
@@ -50,3 +53,22 @@ OLDEST_TRANSACTION = text(
     "AND xact_start IS NOT NULL AND backend_type = 'client backend' "
     "ORDER BY xact_start LIMIT 1"
 )
+
+# The version window (cronlock.online, rule 6): the oldest code revision that works against
+# the schema, kept as the comment of alembic's version table, where code of any age reads it
+# (a table of its own would need a migration that older code knows nothing of).
+OLDEST_CODE = text(
+    "SELECT obj_description(to_regclass(format('%I.%I', :schema, :table)), 'pg_class')"
+).bindparams(bindparam("schema", type_=Text), bindparam("table", type_=Text))
+
+
+def record_oldest_code(schema: str, revision: str) -> SetTableComment:
+    """``COMMENT ON TABLE`` of the version table: ``revision``, a literal the dialect quotes."""
+    version = Table(
+        VERSION_TABLE,
+        MetaData(),
+        Column("version_num", String(32)),
+        schema=schema,
+        comment=revision,
+    )
+    return SetTableComment(version)

@@ -20,6 +20,9 @@ revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
+# The oldest code that works against this schema (cronlock.online, rule 6): code before it
+# could record two outcomes for one slot, which the new unique index refuses.
+oldest_code = "0002"
 
 _CLAIMING = "status IN ('completed', 'partial', 'failed', 'missed')"
 

@@ -23,6 +23,8 @@ revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0002"
 
 
 def _schema() -> str:

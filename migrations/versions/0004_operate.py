@@ -20,6 +20,8 @@ revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0003"
 
 # Spelled here, not read from cronlock.outcome: a revision is frozen once released.
 _STATUSES = "status IN ('pending', 'processing', 'completed', 'failed', 'retrying', 'cancelled')"

@@ -22,6 +22,8 @@ revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0004"
 
 # Spelled here, not read from cronlock.outcome: a revision is frozen once released.
 _STATUSES = (

@@ -22,6 +22,8 @@ revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0005"
 
 
 def _schema() -> str:

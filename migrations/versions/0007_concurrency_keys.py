@@ -21,6 +21,8 @@ revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0006"
 
 # Spelled here, not read from cronlock.sql.tables: a revision is frozen once released.
 _CONCURRENCY = (

@@ -26,6 +26,8 @@ revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0009"
 
 _FINISHED = sa.text("completed_at IS NOT NULL")
 

@@ -24,6 +24,8 @@ revision = "0013"
 down_revision = "0012"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0012"
 
 _RETRIED = "completed_at IS NULL AND retry_count > 0"
 _SNOOZED = """completed_at IS NULL AND error_history @> '[{"outcome": "snoozed"}]'"""
