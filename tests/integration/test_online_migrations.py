@@ -276,3 +276,12 @@ async def test_a_migration_that_cannot_get_its_lock_gives_up_in_one_line(
     assert "run `cronlock migrate` again" in message
     assert _retries(caplog), "it said nothing while it retried"
     assert await schema.current_revision(empty_database) == "0008"
+
+
+@pytest.mark.parametrize("script", list(_SCRIPTS.walk_revisions()), ids=lambda s: s.revision)
+def test_a_migration_declares_the_oldest_code_that_works_with_it(script: Any) -> None:
+    """cronlock.online, rule 6: usually its down_revision (code N runs against N and N+1)."""
+    oldest = getattr(script.module, "oldest_code", None)
+    known = {s.revision for s in _SCRIPTS.walk_revisions()}
+    assert oldest in known, f"{script.revision} declares no known oldest_code ({oldest!r})"
+    assert oldest <= script.revision
