@@ -41,6 +41,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from typing import TypedDict, Unpack
 
 import sqlalchemy as sa
 from alembic import context, op
@@ -53,6 +54,7 @@ __all__ = [
     "INDEX_TIMEOUT",
     "LOCK_TIMEOUT",
     "RETRY_FOR",
+    "IndexDefinition",
     "add_check",
     "create_index",
     "drop_index",
@@ -149,21 +151,26 @@ def _is_valid(ctx: MigrationContext, name: str) -> bool | None:
     return valid
 
 
+class IndexDefinition(TypedDict, total=False):
+    """What an index is besides its name, table and columns."""
+
+    unique: bool
+    where: str
+    include: Sequence[str]
+
+
 def _build(
     name: str,
     table: str,
     columns: Sequence[str | sa.TextClause],
-    *,
-    unique: bool,
-    where: str | None,
-    include: Sequence[str],
+    definition: IndexDefinition,
 ) -> None:
     ctx = op.get_context()
     options: dict[str, object] = {"postgresql_concurrently": True}
-    if where is not None:
-        options["postgresql_where"] = sa.text(where)
-    if include:
-        options["postgresql_include"] = list(include)
+    if "where" in definition:
+        options["postgresql_where"] = sa.text(definition["where"])
+    if definition.get("include"):
+        options["postgresql_include"] = list(definition["include"])
 
     def step() -> None:
         if not ctx.as_sql and _is_valid(ctx, name) is False:
@@ -174,7 +181,7 @@ def _build(
             table,
             list(columns),
             schema=_schema(),
-            unique=unique,
+            unique=definition.get("unique", False),
             if_not_exists=True,
             **options,
         )
@@ -192,31 +199,25 @@ def create_index(
     name: str,
     table: str,
     columns: Sequence[str | sa.TextClause],
-    *,
-    unique: bool = False,
-    where: str | None = None,
-    include: Sequence[str] = (),
+    **definition: Unpack[IndexDefinition],
 ) -> None:
     """Build an index on an existing table without blocking its writes (rule 2)."""
     with op.get_context().autocommit_block():
-        _build(name, table, columns, unique=unique, where=where, include=include)
+        _build(name, table, columns, definition)
 
 
 def replace_index(
     name: str,
     table: str,
     columns: Sequence[str | sa.TextClause],
-    *,
-    unique: bool = False,
-    where: str | None = None,
-    include: Sequence[str] = (),
+    **definition: Unpack[IndexDefinition],
 ) -> None:
     """Give index ``name`` a new definition without blocking writes: the new one is built
     beside it, the old one dropped and the new one renamed (an index is never missing)."""
     interim = f"{name}_next"
     quote = op.get_context().dialect.identifier_preparer.quote
     with op.get_context().autocommit_block():
-        _build(interim, table, columns, unique=unique, where=where, include=include)
+        _build(interim, table, columns, definition)
         _patiently(f"dropping index {name}", lambda: _drop(name, table))
         rename = sa.text(
             RENAME_INDEX % {"schema": quote(_schema()), "old": quote(interim), "new": quote(name)}

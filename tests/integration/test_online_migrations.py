@@ -147,9 +147,7 @@ async def _hold_jobs(url: str) -> tuple[asyncpg.Connection, asyncpg.Connection]:
 async def test_a_migration_never_stalls_the_queue(
     empty_database: Database, revision: str, parent: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING)
-    url = libpq_url(empty_database.url)
-    await schema.upgrade(empty_database, parent)
+    url = await _at(empty_database, parent, caplog)
     admin = await asyncpg.connect(url)
     try:
         await admin.execute(_SEED)
@@ -222,12 +220,17 @@ def test_the_check_sees_a_blocking_build() -> None:
     assert not _blocking_ddl(['CREATE INDEX ix_y ON cronlock."workers" (queue)'], existing)
 
 
+async def _at(database: Database, revision: str, caplog: pytest.LogCaptureFixture) -> str:
+    """The database migrated to ``revision``, its warnings captured; its URL."""
+    caplog.set_level(logging.WARNING)
+    await schema.upgrade(database, revision)
+    return libpq_url(database.url)
+
+
 async def test_an_invalid_index_left_by_an_interrupted_build_is_built_again(
     empty_database: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING)
-    url = libpq_url(empty_database.url)
-    await schema.upgrade(empty_database, "0012")
+    url = await _at(empty_database, "0012", caplog)
     admin, reader = await asyncpg.connect(url), await asyncpg.connect(url)
     try:
         # A build that gave up waiting for an older transaction leaves its index invalid.
@@ -257,9 +260,7 @@ async def test_an_invalid_index_left_by_an_interrupted_build_is_built_again(
 async def test_a_migration_that_cannot_get_its_lock_gives_up_in_one_line(
     empty_database: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING)
-    url = libpq_url(empty_database.url)
-    await schema.upgrade(empty_database, "0008")
+    url = await _at(empty_database, "0008", caplog)
     admin = await asyncpg.connect(url)
     await admin.execute(_SEED)
     job, reader = await _hold_jobs(url)
