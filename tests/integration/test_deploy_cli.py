@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import uuid
+from pathlib import Path
 
 import asyncpg
-from cli import invoke, invoke_async
+from cli import finish, invoke, invoke_async, kill_all, start_cli
 from testdb import libpq_url
-from waiting import eventually
+from waiting import eventually, wait_for
 
 from cronlock import Database, schema
 
@@ -124,3 +126,24 @@ async def test_wait_idle_waits_for_a_drainer_to_finish_its_job(database: Databas
         await conn.close()
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1] == "queue deploy: idle (no job of it runs)"
+
+
+def test_worker_heartbeat_file_is_touched_at_every_beat(database_url: str, tmp_path: Path) -> None:
+    alive = tmp_path / "alive"
+    worker = start_cli(
+        "--app",
+        "testapps.jobs",
+        "worker",
+        "--heartbeat-file",
+        str(alive),
+        database_url=database_url,
+    )
+    try:
+        first = wait_for(lambda: alive.exists() and alive.stat().st_mtime_ns, timeout=30)
+        # The next beat (every 2 s) touches it again: its age is what a liveness probe reads.
+        wait_for(lambda: alive.stat().st_mtime_ns > first, timeout=30)
+        worker.send_signal(signal.SIGTERM)
+        code, _out, err = finish(worker)
+    finally:
+        kill_all(worker)
+    assert code == 0, err
