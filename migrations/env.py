@@ -33,14 +33,14 @@ _OPTIONS = {
 }
 
 
-def _oldest_code() -> str | None:
-    """The oldest code revision that works against the schema now: the latest ``oldest_code``
-    declared by the migrations up to the current revision (revisions are numbered)."""
-    current = context.get_context().get_current_revision()
-    if current is None:
-        return None
-    scripts = context.script.iterate_revisions(current, "base")
-    return max(script.module.oldest_code for script in scripts)
+def _floor(revision: str) -> str:
+    """The oldest code revision that works against the schema at ``revision``: the latest
+    ``oldest_code`` the migrations up to it declare (revisions are numbered). One that declares
+    none (the test requires it) counts as its ``down_revision``, the window's usual edge."""
+    return max(
+        getattr(script.module, "oldest_code", None) or script.down_revision or script.revision
+        for script in context.script.iterate_revisions(revision, "base")
+    )
 
 
 if context.is_offline_mode():
@@ -53,10 +53,7 @@ if context.is_offline_mode():
     ending = context.get_revision_argument()
     last = context.script.get_revision(ending if isinstance(ending, str) else None)
     if last is not None:
-        floor = max(
-            s.module.oldest_code for s in context.script.iterate_revisions(last.revision, "base")
-        )
-        context.execute(statements.record_oldest_code(schema, floor))
+        context.execute(statements.record_oldest_code(schema, _floor(last.revision)))
 elif connection is None:
     raise RuntimeError("run cronlock's migrations with `cronlock migrate`")
 else:
@@ -70,9 +67,9 @@ else:
         context.configure(connection=connection, **_OPTIONS)
         with context.begin_transaction():
             context.run_migrations()
-        oldest = _oldest_code()
-        if oldest is not None:
-            connection.execute(statements.record_oldest_code(schema, oldest))
+        current = context.get_context().get_current_revision()
+        if current is not None:
+            connection.execute(statements.record_oldest_code(schema, _floor(current)))
             connection.commit()
     finally:
         connection.rollback()
