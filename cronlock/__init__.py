@@ -7,8 +7,6 @@ The public API is exactly ``__all__``, plus ``__version__`` and the optional ``c
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
-
 from .app import App
 from .cron import CronSchedule
 from .database import Database
@@ -50,10 +48,8 @@ from .retention import PruneResult, Retention
 from .scheduler import Scheduler
 from .service import serve_drain, serve_scheduler, serve_worker
 
-try:
-    __version__ = _metadata.version("cronlock")
-except _metadata.PackageNotFoundError:  # imported from a checkout that was never installed
-    __version__ = "0+unknown"
+# Semantic versioning; the one source of the package's version (pyproject.toml reads it).
+__version__ = "0.3.0.dev0"
 
 __all__ = [
     "App",

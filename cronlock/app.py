@@ -670,14 +670,18 @@ class App:
             tracing=self.tracing,
         )
 
-    async def migrate(self) -> str:
+    async def migrate(
+        self, *, lock_timeout: float | None = None, retry_for: float | None = None
+    ) -> str:
         """Create or upgrade cronlock's schema in the app's database, as ``cronlock migrate``
-        does (idempotent, safe from several hosts at once); the revision it is now at.
+        does (idempotent, safe from several hosts at once, online: ``cronlock.online``); the
+        revision it is now at.
 
-        An unreachable database is a ``DatabaseUnavailable`` with one readable line.
+        An unreachable database, or locks held past ``retry_for``, is a
+        ``DatabaseUnavailable`` with one readable line.
         """
         try:
-            await schema.upgrade(self.database)
+            await schema.upgrade(self.database, lock_timeout=lock_timeout, retry_for=retry_for)
         except (OSError, DBAPIError, TimeoutError) as exc:
             raise DatabaseUnavailable(
                 schema.describe_connection_error(self.database, exc)

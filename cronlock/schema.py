@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -27,9 +28,12 @@ __all__ = [
     "head_revision",
     "is_schema_missing",
     "migrations_directory",
+    "oldest_code",
+    "pending_revisions",
     "schema_missing",
     "sqlstate",
     "upgrade",
+    "upgrade_sql",
 ]
 
 # What PostgreSQL says when a statement names a table, column or function that is not there:
@@ -61,23 +65,122 @@ def head_revision() -> str:
     return head
 
 
-async def _alembic(database: Database, action: str, revision: str) -> None:
+async def _alembic(
+    database: Database,
+    action: str,
+    revision: str,
+    *,
+    lock_timeout: float | None = None,
+    retry_for: float | None = None,
+    index_timeout: float | None = None,
+) -> None:
+    """Run alembic's ``action`` to ``revision``; a migration whose lock wait timed out is
+    started again after a pause until ``retry_for`` has passed (``cronlock.online``, rule 1)."""
+    import asyncio
+    import logging
+    import time
+
+    from . import online
+
     config = _config(database)
+    budget = online.RETRY_FOR if retry_for is None else retry_for
+    timeout = online.LOCK_TIMEOUT if lock_timeout is None else lock_timeout
+    config.attributes.update(
+        lock_timeout=timeout,
+        index_timeout=online.INDEX_TIMEOUT if index_timeout is None else index_timeout,
+        deadline=time.monotonic() + budget,
+    )
 
     def run(connection: Connection) -> None:
         config.attributes["connection"] = connection
         getattr(command, action)(config, revision)
 
-    async with database.engine.begin() as conn:
-        await conn.run_sync(run)
+    attempt = 0
+    while True:
+        try:
+            async with database.engine.connect() as conn:
+                try:
+                    await conn.run_sync(run)
+                finally:
+                    # Its session settings (lock_timeout) and, after a cut, its advisory lock
+                    # must not go back to the pool with it.
+                    await conn.invalidate()
+            return
+        except DBAPIError as exc:
+            if not online.is_lock_timeout(exc):
+                raise
+        attempt += 1
+        async with database.connect() as conn:
+            blocker = await conn.run_sync(online.oldest_transaction)
+        at = await current_revision(database) or "base"
+        if time.monotonic() >= config.attributes["deadline"]:
+            raise DatabaseUnavailable(
+                f"migrating from revision {at}: a lock wait kept timing out ({timeout:g} s "
+                f"each, {attempt} tries in {budget:g} s; {blocker}): end that transaction or "
+                "run `cronlock migrate` again"
+            )
+        pause = online.pause(attempt)
+        logging.getLogger(__name__).warning(
+            "migrating from revision %s: waited %g s for a lock (%s); retry %d in %.1f s",
+            at,
+            timeout,
+            blocker,
+            attempt,
+            pause,
+            extra={"action": "migrate_retry"},
+        )
+        await asyncio.sleep(pause)
 
 
-async def upgrade(database: Database, revision: str = "head") -> None:
-    await _alembic(database, "upgrade", revision)
+async def upgrade(
+    database: Database,
+    revision: str = "head",
+    *,
+    lock_timeout: float | None = None,
+    retry_for: float | None = None,
+    index_timeout: float | None = None,
+) -> None:
+    """Migrate up to ``revision``; the timeouts are ``cronlock.online``'s (defaults there)."""
+    await _alembic(
+        database,
+        "upgrade",
+        revision,
+        lock_timeout=lock_timeout,
+        retry_for=retry_for,
+        index_timeout=index_timeout,
+    )
 
 
 async def downgrade(database: Database, revision: str = "base") -> None:
     await _alembic(database, "downgrade", revision)
+
+
+def pending_revisions(current: str | None) -> list[str] | None:
+    """The revisions an upgrade from ``current`` (None: nothing installed) would apply, oldest
+    first; None when ``current`` is not one of this cronlock's (a newer schema)."""
+    scripts = ScriptDirectory.from_config(_config())
+    if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
+        return None
+    pending = scripts.iterate_revisions(head_revision(), current or "base")
+    return [script.revision for script in reversed(list(pending))]
+
+
+def upgrade_sql(database: Database, current: str | None) -> str:
+    """The statements an upgrade from ``current`` to head runs, for a DBA to apply by hand
+    (alembic's offline mode: nothing is run, the database is not read)."""
+    import io
+
+    config = _config(database)
+    config.output_buffer = io.StringIO()
+    config.attributes["lock_timeout"] = _online().LOCK_TIMEOUT
+    command.upgrade(config, f"{current}:head" if current else "head", sql=True)
+    return config.output_buffer.getvalue()
+
+
+def _online() -> Any:
+    from . import online
+
+    return online
 
 
 async def current_revision(database: Database) -> str | None:
@@ -101,11 +204,35 @@ async def ensure_ready(database: Database) -> None:
             f"{database.display_url}: run `cronlock migrate`"
         )
     head = head_revision()
-    if revision != head:
+    if revision == head:
+        return
+    if pending_revisions(revision) is not None:
         raise DatabaseUnavailable(
             f"cronlock's schema is at revision {revision}, this cronlock needs {head}: "
             "run `cronlock migrate`"
         )
+    # Newer than this code: it works on if the schema says code from this head on does
+    # (cronlock.online, rule 6: code N works against schema N and N+1).
+    oldest = await oldest_code(database)
+    if oldest is None or pending_revisions(oldest) is None:
+        raise DatabaseUnavailable(
+            f"cronlock's schema is at revision {revision}, which needs cronlock code from "
+            f"revision {oldest or '?'} on; this cronlock is at {head}: upgrade cronlock"
+        )
+
+
+async def oldest_code(database: Database) -> str | None:
+    """The oldest code revision that works against the database's schema (None: not said)."""
+    from .sql import migrations
+    from .sql.tables import VERSION_TABLE
+
+    async with database.connect() as conn:
+        found: str | None = (
+            await conn.execute(
+                migrations.OLDEST_CODE, {"schema": database.schema, "table": VERSION_TABLE}
+            )
+        ).scalar_one_or_none()
+    return found
 
 
 def is_schema_missing(exc: BaseException) -> bool:

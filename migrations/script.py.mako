@@ -15,6 +15,8 @@ revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
 branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
+# The oldest code that works against this schema (cronlock.online, rule 6).
+oldest_code = ${repr(down_revision)}
 
 
 

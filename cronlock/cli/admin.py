@@ -13,19 +13,61 @@ from ..app import App
 from ..errors import ConfigurationError
 from ..retention import PruneResult
 from . import render
-from .context import Options, pass_options, run
+from .context import EXIT_FAILED, Options, exit_with, pass_options, run
 
 __all__ = ["migrate", "prune", "prune_now", "status"]
 
 
 @click.command()
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Migrate nothing: exit 1 when a migration is pending, 0 when at head (one line).",
+)
+@click.option(
+    "--sql",
+    "as_sql",
+    is_flag=True,
+    help="Migrate nothing: print the statements from the database's revision to head.",
+)
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0.01),
+    default=0.5,
+    show_default=True,
+    help="Seconds a statement waits for a lock before its migration is retried.",
+)
+@click.option(
+    "--retry-for",
+    type=click.FloatRange(min=0),
+    default=600.0,
+    show_default=True,
+    help="Seconds to keep retrying a migration whose locks are held (then exit 2).",
+)
 @pass_options
-def migrate(options: Options) -> None:
-    """Create or upgrade cronlock's schema (idempotent)."""
+def migrate(
+    options: Options, check: bool, as_sql: bool, lock_timeout: float, retry_for: float
+) -> None:
+    """Create or upgrade cronlock's schema (idempotent), online: no migration blocks the
+    queue for more than --lock-timeout."""
+    if check and as_sql:
+        raise click.UsageError("--check and --sql do not go together")
     # Without --app no module needs to import: a bare App only carries the database.
     app = options.load_app() if options.app_given else App()
     database = options.database(app)
-    revision = run(app.migrate, app)
+    if check or as_sql:
+        current = run(lambda: schema.current_revision(database), app)
+        pending = schema.pending_revisions(current)
+        if as_sql:
+            if pending is None:
+                raise ConfigurationError(render.migration_check(database, current, pending))
+            click.echo(schema.upgrade_sql(database, current) if pending else "-- at head")
+            return
+        click.echo(render.migration_check(database, current, pending))
+        if pending:
+            exit_with(EXIT_FAILED)
+        return
+    revision = run(lambda: app.migrate(lock_timeout=lock_timeout, retry_for=retry_for), app)
     click.echo(render.migrated(database, revision))
 
 

@@ -26,6 +26,7 @@ import click
 from ..app import App
 from ..errors import InvalidJobOption
 from ..outcome import JobStatus
+from ..queue import control
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
 from ..queue.operate import ChangeOutcome, JobChange, JobsChanged
 from . import render
@@ -266,24 +267,57 @@ def list_queues(options: Options, as_json: bool) -> None:
 
 
 def _pause_command(name: str, pause: bool) -> Any:
-    @queue_group.command(name)
     @click.argument("queue")
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
     @pass_options
-    def command(options: Options, queue: str, as_json: bool) -> None:
+    def command(
+        options: Options,
+        queue: str,
+        as_json: bool,
+        wait_idle: bool = False,
+        timeout: float = 0.0,
+    ) -> None:
         app = options.load_app()
         options.database(app)
-        state = run(lambda: app.pause_queue(queue) if pause else app.resume_queue(queue), app)
+
+        async def act() -> tuple[control.QueueState, control.Running | None]:
+            state = await (app.pause_queue(queue) if pause else app.resume_queue(queue))
+            if not wait_idle:
+                return state, None
+            return state, await control.wait_idle(app.database, queue, within=timeout)
+
+        state, running = run(act, app)
         if as_json:
-            click.echo(json.dumps(state.to_dict()))
+            found = state.to_dict()
+            if running is not None:
+                found["idle"] = not running
+            click.echo(json.dumps(found))
         else:
             click.echo(render.queue_state(state))
+            if running is not None:
+                click.echo(render.queue_idle(queue, running, timeout))
+        if running:
+            exit_with(EXIT_PARTIAL)
 
-    return command
+    if pause:
+        command = click.option(
+            "--timeout",
+            type=click.FloatRange(0),
+            default=300.0,
+            show_default=True,
+            help="Seconds --wait-idle waits at most.",
+        )(command)
+        command = click.option(
+            "--wait-idle",
+            is_flag=True,
+            help="Then wait until no job of QUEUE runs, on any host (exit 3 at --timeout).",
+        )(command)
+    return queue_group.command(name)(command)
 
 
 pause = _pause_command("pause", True)
 pause.help = """Pause QUEUE: its drainers, on every host, finish what they hold and claim
-    nothing until it is resumed."""
+    nothing until it is resumed. With --wait-idle, then wait until none of its jobs runs:
+    exit 0 once idle, 3 if jobs still run at --timeout (the queue stays paused)."""
 resume = _pause_command("resume", False)
 resume.help = """Resume QUEUE: its drainers are woken at once and claim again."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 from collections.abc import Callable
 from datetime import datetime
@@ -23,6 +24,7 @@ from ..outage import Reconnect
 from ..outcome import DrainResult, RunStatus
 from ..queue.drainer import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode, Drainer
 from ..queue.jobs import Enqueued
+from ..queue.workers import HEARTBEAT_FILE_ENV
 from ..service import DEFAULT_GRACE_PERIOD, serve_drain, serve_worker
 from ..sql.tables import DEFAULT_QUEUE
 from . import render
@@ -352,6 +354,12 @@ def _metrics_server() -> Any:
     "--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print its stats as one JSON object.")
+@click.option(
+    "--heartbeat-file",
+    type=click.Path(dir_okay=False),
+    envvar="CRONLOCK_HEARTBEAT_FILE",
+    help="Touch this file at every heartbeat (2 s), for a liveness probe on its age.",
+)
 @give_up_option
 @pass_options
 def worker(
@@ -366,6 +374,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     as_json: bool,
+    heartbeat_file: str | None,
     give_up_after: float | None,
 ) -> None:
     """Long-running drainer: stands by while another is active, takes over when it stops or
@@ -374,6 +383,9 @@ def worker(
     (--json: its stats as one JSON object). A database restart or outage is ridden out
     (reconnecting with backoff; --give-up-after S: exit 1 after S seconds without it). Exit 2
     when exclusive and shared drainers meet on the queue."""
+    if heartbeat_file:
+        # Read by each drainer's heartbeat (queue/workers.py), active or standing by.
+        os.environ[HEARTBEAT_FILE_ENV] = heartbeat_file
     with StartUp().guarded() as startup:
         app = options.load_app()
         serve_metrics = _metrics_server() if metrics_port else None

@@ -18,7 +18,7 @@ from .. import embedded
 from ..app import App
 from ..database import Database
 from ..outcome import DrainResult, RunResult, RunStatus
-from ..queue.control import QueueInfo, QueueState
+from ..queue.control import QueueInfo, QueueState, Running
 from ..queue.drainer import Drainer
 from ..queue.jobs import Enqueued
 from ..queue.operate import JobChange, JobInfo, JobPage, JobsChanged
@@ -45,10 +45,12 @@ __all__ = [
     "job_type_table",
     "jobs_changed",
     "migrated",
+    "migration_check",
     "nothing_changed",
     "open_api",
     "overdue_line",
     "pruned",
+    "queue_idle",
     "queue_state",
     "queue_table",
     "retention_entry",
@@ -340,6 +342,29 @@ def open_api(host: str, port: int, *, loopback: bool, token_env: str) -> str:
 
 
 # -- status and the schema -------------------------------------------------------------------
+
+
+def queue_idle(queue: str, running: Running, timeout: float) -> str:
+    if not running:
+        return f"queue {queue}: idle (no job of it runs)"
+    return (
+        f"queue {queue}: still running after {timeout:g} s: {running.processing} lease-mode "
+        f"job(s) processing, {running.drainers} drainer(s) busy"
+    )
+
+
+def migration_check(database: Database, current: str | None, pending: list[str] | None) -> str:
+    where = f"cronlock: schema {database.schema!r} in {database.display_url}"
+    if current is None:
+        return f"{where} is not installed: {len(pending or [])} migrations pending"
+    if pending is None:
+        return f"{where} is at revision {current}, newer than this cronlock's: nothing to migrate"
+    if not pending:
+        return f"{where} is at revision {current} (head): nothing to migrate"
+    return (
+        f"{where} is at revision {current}: {len(pending)} migration(s) pending "
+        f"(to {pending[-1]}): run `cronlock migrate`"
+    )
 
 
 def migrated(database: Database, revision: str) -> str:

@@ -17,6 +17,7 @@ share).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,7 +29,15 @@ from ..observe.serving import is_unserved, live_active
 from ..sql.tables import jobs_channel
 from .jobs import check_queue
 
-__all__ = ["QueueInfo", "QueueState", "list_queues", "pause_queue", "resume_queue"]
+__all__ = [
+    "QueueInfo",
+    "QueueState",
+    "Running",
+    "list_queues",
+    "pause_queue",
+    "resume_queue",
+    "wait_idle",
+]
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -106,6 +115,38 @@ async def pause_queue(database: Database, name: str) -> QueueState:
 async def resume_queue(database: Database, name: str) -> QueueState:
     """Resume ``name``: its drainers claim again, woken at once by a notification."""
     return await _set(database, name, pause=False)
+
+
+@dataclass(frozen=True)
+class Running:
+    """What still ran in a queue when ``wait_idle`` returned: lease-mode jobs processing and
+    live drainers holding a job (or not heard from since the wait began). Falsy when idle."""
+
+    processing: int
+    drainers: int
+
+    def __bool__(self) -> bool:
+        return bool(self.processing or self.drainers)
+
+
+async def wait_idle(
+    database: Database, name: str, *, within: float, interval: float = 0.2
+) -> Running:
+    """Wait until nothing of queue ``name`` runs (pause it first, or it may never be), or
+    ``within`` seconds: what still ran then (falsy when idle). A drainer counts as idle once
+    it has beaten since the wait began with nothing in flight (within a heartbeat, 2 s)."""
+    deadline = asyncio.get_running_loop().time() + within
+    since = None
+    while True:
+        async with database.connect() as conn:
+            row = (await conn.execute(sql.QUEUE_BUSY, {"queue": name, "since": since})).one()
+        running = Running(row.processing, row.drainers)
+        if since is not None and not running:
+            return running
+        since = since or row.now
+        if asyncio.get_running_loop().time() >= deadline:
+            return running
+        await asyncio.sleep(interval)
 
 
 async def list_queues(database: Database, handled: Iterable[str] = ()) -> list[QueueInfo]:

@@ -5,6 +5,10 @@ the advisory lock decides who is active (``lease.py``). A drainer killed without
 remove its row leaves it behind; how long such a row still counts as a live drainer is the one
 liveness rule, ``sql.WORKER_ALIVE_WITHIN``, which ``sql.WORKER_LIST`` applies for every
 reader; rows that stopped beating an hour ago are pruned when a drainer starts beating.
+
+With ``$CRONLOCK_HEARTBEAT_FILE`` set (``cronlock worker --heartbeat-file``), each beat also
+touches that file, whether or not the database answered: its age says the drainer's event loop
+runs (a liveness probe), without failing while the drainer rides out a database outage.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from sqlalchemy.exc import DBAPIError
 from .. import sql
 from ..database import Database
 
-__all__ = ["Heartbeat"]
+__all__ = ["HEARTBEAT_FILE_ENV", "Heartbeat"]
+
+HEARTBEAT_FILE_ENV = "CRONLOCK_HEARTBEAT_FILE"
 
 logger = logging.getLogger("cronlock.drainer")
 
@@ -55,6 +61,7 @@ class Heartbeat:
         """Write the row now and every interval (a failed beat is logged and retried)."""
         engine = self.database.engine
         first = True
+        touched = os.environ.get(HEARTBEAT_FILE_ENV)
         while True:
             try:
                 async with engine.begin() as conn:
@@ -73,9 +80,19 @@ class Heartbeat:
                     )
             except (OSError, DBAPIError) as exc:
                 logger.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
+            if touched:
+                _touch(touched)
             await asyncio.sleep(self.interval)
 
     async def forget(self) -> None:
         with contextlib.suppress(OSError, DBAPIError):
             async with self.database.engine.begin() as conn:
                 await conn.execute(sql.WORKER_DELETE, {"id": self.worker_id})
+
+
+def _touch(path: str) -> None:
+    try:
+        with open(path, "a"):
+            os.utime(path)
+    except OSError as exc:  # a probe's file is not worth stopping the drainer for
+        logger.warning("heartbeat file %s: %s", path, exc, extra={"action": "heartbeat_failed"})

@@ -144,6 +144,7 @@ from .tasks import (
     TASK_STATES,
 )
 from .workers import (
+    QUEUE_BUSY,
     WORKER_ALIVE_WITHIN,
     WORKER_DELETE,
     WORKER_HEARTBEAT_SECONDS,
@@ -232,6 +233,7 @@ __all__ = [
     "METRIC_MARK_TAKE",
     "NO_TIMEOUTS_LOCAL",
     "PING",
+    "QUEUE_BUSY",
     "QUEUE_GET",
     "QUEUE_LIST",
     "QUEUE_NOTIFY",

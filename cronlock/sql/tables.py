@@ -57,11 +57,13 @@ __all__ = [
     "JOB_SNOOZED_PREDICATE",
     "JOB_STATUSES",
     "JOB_WAITING_PREDICATE",
+    "RENAME_INDEX",
     "RUN_CLAIMING_PREDICATE",
     "RUN_STATUSES",
     "RUN_TRIGGERS",
     "SCHEMA",
     "SNOOZED_ENTRY",
+    "VALIDATE_CONSTRAINT",
     "VERSION_TABLE",
     "WORKER_STATES",
     "cancel_channel",
@@ -248,6 +250,13 @@ Index(
     postgresql_where=_where(JOB_RETRIED_PREDICATE),
 )
 Index("ix_jobs_snoozed", jobs.c.queue, postgresql_where=_where(JOB_SNOOZED_PREDICATE))
+
+
+# The two online steps of cronlock.online that SQLAlchemy has no construct for; the identifiers
+# are quoted by the dialect's preparer before they are filled in. A rename takes a moment's
+# SHARE UPDATE EXCLUSIVE lock on the index alone; a validation reads the table while writes go on.
+RENAME_INDEX = "ALTER INDEX IF EXISTS %(schema)s.%(old)s RENAME TO %(new)s"
+VALIDATE_CONSTRAINT = "ALTER TABLE %(schema)s.%(table)s VALIDATE CONSTRAINT %(name)s"
 
 
 def jobs_channel(schema: str) -> str:

@@ -9,12 +9,25 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import BigInteger, Integer, Interval, Text, Uuid, bindparam, delete, func, select
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Integer,
+    Interval,
+    Text,
+    Uuid,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from .tables import workers
+from .tables import jobs, workers
 
 __all__ = [
+    "QUEUE_BUSY",
     "WORKER_ALIVE_WITHIN",
     "WORKER_DELETE",
     "WORKER_HEARTBEAT_SECONDS",
@@ -73,3 +86,31 @@ WORKER_LIST = select(
         > func.now() - bindparam("alive_within", WORKER_ALIVE_WITHIN, type_=Interval)
     ).label("alive"),
 ).order_by(workers.c.queue, workers.c.state, workers.c.started_at)
+
+
+# What still runs in a queue (``queue pause --wait-idle``): its lease-mode jobs that are
+# processing, and its live drainers that either hold a job (a transactional mode commits no
+# processing row: its lanes' in_flight says) or have not beaten since ``since`` (the wait's
+# start, by this clock: their in_flight may predate the pause). ``now`` is the next ``since``.
+_queue = bindparam("queue", type_=Text)
+QUEUE_BUSY = select(
+    select(func.count())
+    .select_from(jobs)
+    .where(jobs.c.queue == _queue, jobs.c.status == "processing")
+    .scalar_subquery()
+    .label("processing"),
+    select(func.count())
+    .select_from(workers)
+    .where(
+        workers.c.queue == _queue,
+        workers.c.heartbeat_at
+        > func.now() - bindparam("alive_within", WORKER_ALIVE_WITHIN, type_=Interval),
+        or_(
+            workers.c.in_flight > 0,
+            workers.c.heartbeat_at <= bindparam("since", type_=DateTime(timezone=True)),
+        ),
+    )
+    .scalar_subquery()
+    .label("drainers"),
+    func.now().label("now"),
+)

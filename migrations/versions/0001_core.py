@@ -15,6 +15,8 @@ revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+# The oldest code that works against this schema (cronlock.online, rule 6): the first schema.
+oldest_code = "0001"
 
 
 def _schema() -> str:

@@ -14,10 +14,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
+from cronlock import online
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
+# The oldest code that works against this schema (cronlock.online, rule 6): code before it
+# could record two outcomes for one slot, which the new unique index refuses.
+oldest_code = "0002"
 
 _CLAIMING = "status IN ('completed', 'partial', 'failed', 'missed')"
 
@@ -30,24 +35,18 @@ def _schema() -> str:
 
 def upgrade() -> None:
     schema = _schema()
+    # A constant default: no rewrite of the table (cronlock.online, rule 4).
     op.add_column(
         "runs",
         sa.Column("trigger", sa.Text(), server_default="cron", nullable=False),
         schema=schema,
+        if_not_exists=True,
     )
-    op.add_column("runs", sa.Column("lateness_ms", sa.Double(), nullable=True), schema=schema)
-    op.create_check_constraint(
-        op.f("ck_runs_trigger"),
+    op.add_column(
         "runs",
-        "trigger IN ('cron', 'scheduler', 'catch_up', 'manual')",
+        sa.Column("lateness_ms", sa.Double(), nullable=True),
         schema=schema,
-    )
-    op.drop_constraint(op.f("ck_runs_status"), "runs", type_="check", schema=schema)
-    op.create_check_constraint(
-        op.f("ck_runs_status"),
-        "runs",
-        "status IN ('completed', 'partial', 'failed', 'skipped', 'missed')",
-        schema=schema,
+        if_not_exists=True,
     )
     # Before this revision every run that got the lock did its work, so one slot may hold
     # several outcomes. The first keeps the slot; the later ones did not belong to it and
@@ -72,14 +71,15 @@ def upgrade() -> None:
         )
         .values(slot=None, trigger="manual")
     )
-    op.create_index(
-        "ux_runs_task_slot",
-        "runs",
-        ["task", "slot"],
-        unique=True,
-        schema=schema,
-        postgresql_where=sa.text(_CLAIMING),
+    online.add_check(
+        "ck_runs_trigger", "runs", "trigger IN ('cron', 'scheduler', 'catch_up', 'manual')"
     )
+    online.add_check(
+        "ck_runs_status",
+        "runs",
+        "status IN ('completed', 'partial', 'failed', 'skipped', 'missed')",
+    )
+    online.create_index("ux_runs_task_slot", "runs", ["task", "slot"], unique=True, where=_CLAIMING)
 
 
 def downgrade() -> None:

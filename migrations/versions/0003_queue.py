@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
+from cronlock import online
 from cronlock.sql.tables import (
     JOB_DEDUP_PREDICATE,
     JOB_WAITING_PREDICATE,
@@ -22,6 +23,8 @@ revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0002"
 
 
 def _schema() -> str:
@@ -42,11 +45,13 @@ def upgrade() -> None:
         "jobs",
         sa.Column("queue", sa.Text(), server_default="default", nullable=False),
         schema=schema,
+        if_not_exists=True,
     )
     op.add_column(
         "jobs",
         sa.Column("priority", sa.Integer(), server_default="0", nullable=False),
         schema=schema,
+        if_not_exists=True,
     )
     op.add_column(
         "jobs",
@@ -54,34 +59,16 @@ def upgrade() -> None:
             "run_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False
         ),
         schema=schema,
+        if_not_exists=True,
     )
-    op.add_column("jobs", sa.Column("dedup_key", sa.Text(), nullable=True), schema=schema)
-    op.add_column("jobs", sa.Column("result", postgresql.JSONB(), nullable=True), schema=schema)
-    op.create_check_constraint(
-        op.f("ck_jobs_queue"), "jobs", "length(queue) BETWEEN 1 AND 200", schema=schema
+    op.add_column(
+        "jobs", sa.Column("dedup_key", sa.Text(), nullable=True), schema=schema, if_not_exists=True
     )
-    # A retrying job from before this revision is due when its retry was.
-    op.execute(
-        sa.text(
-            f"UPDATE {_quoted_schema()}.jobs SET run_at = next_retry_at "  # noqa: S608
-            "WHERE status = 'retrying' AND next_retry_at IS NOT NULL"
-        )
-    )
-    op.drop_index("ix_jobs_pickable", table_name="jobs", schema=schema)
-    op.create_index(
-        "ix_jobs_claim",
+    op.add_column(
         "jobs",
-        ["queue", sa.text("priority DESC"), "run_at"],
+        sa.Column("result", postgresql.JSONB(), nullable=True),
         schema=schema,
-        postgresql_where=sa.text(JOB_WAITING_PREDICATE),
-    )
-    op.create_index(
-        "uq_jobs_dedup_key",
-        "jobs",
-        ["dedup_key"],
-        unique=True,
-        schema=schema,
-        postgresql_where=sa.text(JOB_DEDUP_PREDICATE),
+        if_not_exists=True,
     )
     op.create_table(
         "workers",
@@ -111,11 +98,35 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name="pk_workers"),
         schema=schema,
+        if_not_exists=True,
     )
     # The DDL the tables declare (sql/tables.py), with the schema quoted by the dialect.
     quoted = _quoted_schema()
+    # Dropped first: a migration retried from its start runs these again (cronlock.online).
+    op.execute(sa.text(f"DROP TRIGGER IF EXISTS jobs_notify ON {quoted}.jobs"))
+    op.execute(sa.text(f"DROP FUNCTION IF EXISTS {quoted}.jobs_notify()"))
     op.execute(sa.text(JOBS_NOTIFY_FUNCTION % {"schema": quoted}))
     op.execute(sa.text(JOBS_NOTIFY_TRIGGER % {"schema": quoted, "fullname": f"{quoted}.jobs"}))
+    # The online steps last (cronlock.online): each commits what precedes it.
+    online.add_check("ck_jobs_queue", "jobs", "length(queue) BETWEEN 1 AND 200")
+    # After the commit of the new columns: the update's scan holds no lock on the table.
+    # A retrying job from before this revision is due when its retry was.
+    op.execute(
+        sa.text(
+            f"UPDATE {_quoted_schema()}.jobs SET run_at = next_retry_at "  # noqa: S608
+            "WHERE status = 'retrying' AND next_retry_at IS NOT NULL"
+        )
+    )
+    online.drop_index("ix_jobs_pickable", "jobs")
+    online.create_index(
+        "ix_jobs_claim",
+        "jobs",
+        ["queue", sa.text("priority DESC"), "run_at"],
+        where=JOB_WAITING_PREDICATE,
+    )
+    online.create_index(
+        "uq_jobs_dedup_key", "jobs", ["dedup_key"], unique=True, where=JOB_DEDUP_PREDICATE
+    )
 
 
 def downgrade() -> None:

@@ -14,10 +14,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
+from cronlock import online
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0003"
 
 # Spelled here, not read from cronlock.outcome: a revision is frozen once released.
 _STATUSES = "status IN ('pending', 'processing', 'completed', 'failed', 'retrying', 'cancelled')"
@@ -32,8 +36,6 @@ def _schema() -> str:
 
 def upgrade() -> None:
     schema = _schema()
-    op.drop_constraint(op.f("ck_jobs_status"), "jobs", type_="check", schema=schema)
-    op.create_check_constraint(op.f("ck_jobs_status"), "jobs", _STATUSES, schema=schema)
     op.create_table(
         "queues",
         sa.Column("name", sa.Text(), nullable=False),
@@ -47,15 +49,16 @@ def upgrade() -> None:
         sa.CheckConstraint("length(name) BETWEEN 1 AND 200", name=op.f("ck_queues_name")),
         sa.PrimaryKeyConstraint("name", name="pk_queues"),
         schema=schema,
+        if_not_exists=True,
     )
-    op.create_index(
+    online.add_check("ck_jobs_status", "jobs", _STATUSES)
+    online.create_index(
         "ix_jobs_finished",
         "jobs",
         ["status", "completed_at", "id"],
-        schema=schema,
-        postgresql_where=sa.text("completed_at IS NOT NULL"),
+        where="completed_at IS NOT NULL",
     )
-    op.create_index("ix_runs_started_at", "runs", ["started_at", "id"], schema=schema)
+    online.create_index("ix_runs_started_at", "runs", ["started_at", "id"])
 
 
 def downgrade() -> None:

@@ -16,10 +16,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
+from cronlock import online
+
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0004"
 
 # Spelled here, not read from cronlock.outcome: a revision is frozen once released.
 _STATUSES = (
@@ -50,20 +54,20 @@ def _slot_index(schema: str, predicate: str) -> None:
 
 def upgrade() -> None:
     schema = _schema()
-    op.add_column("runs", sa.Column("chunks", sa.Integer(), nullable=True), schema=schema)
     op.add_column(
-        "runs", sa.Column("committed_at", sa.DateTime(timezone=True), nullable=True), schema=schema
+        "runs", sa.Column("chunks", sa.Integer(), nullable=True), schema=schema, if_not_exists=True
     )
-    op.drop_constraint(op.f("ck_runs_status"), "runs", type_="check", schema=schema)
-    op.create_check_constraint(op.f("ck_runs_status"), "runs", _STATUSES, schema=schema)
-    _slot_index(schema, _CLAIMING)
-    op.create_index(
-        "ix_runs_running",
+    op.add_column(
         "runs",
-        ["task"],
+        sa.Column("committed_at", sa.DateTime(timezone=True), nullable=True),
         schema=schema,
-        postgresql_where=sa.text("status = 'running'"),
+        if_not_exists=True,
     )
+    online.add_check("ck_runs_status", "runs", _STATUSES)
+    online.replace_index(
+        "ux_runs_task_slot", "runs", ["task", "slot"], unique=True, where=_CLAIMING
+    )
+    online.create_index("ix_runs_running", "runs", ["task"], where="status = 'running'")
 
 
 def downgrade() -> None:

@@ -16,10 +16,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
+from cronlock import online
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0005"
 
 
 def _schema() -> str:
@@ -30,23 +34,23 @@ def _schema() -> str:
 
 def upgrade() -> None:
     schema = _schema()
-    op.add_column("jobs", sa.Column("owner", sa.Uuid(), nullable=True), schema=schema)
+    op.add_column(
+        "jobs", sa.Column("owner", sa.Uuid(), nullable=True), schema=schema, if_not_exists=True
+    )
     op.add_column(
         "jobs",
         sa.Column("attempt", sa.Integer(), server_default="0", nullable=False),
         schema=schema,
+        if_not_exists=True,
     )
     op.add_column(
         "jobs",
         sa.Column("lost_runs", sa.Integer(), server_default="0", nullable=False),
         schema=schema,
+        if_not_exists=True,
     )
-    op.create_index(
-        "ix_jobs_processing",
-        "jobs",
-        ["queue", "owner"],
-        schema=schema,
-        postgresql_where=sa.text("status IN ('processing')"),
+    online.create_index(
+        "ix_jobs_processing", "jobs", ["queue", "owner"], where="status IN ('processing')"
     )
 
 

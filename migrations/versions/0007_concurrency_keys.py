@@ -15,10 +15,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
+from cronlock import online
+
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0006"
 
 # Spelled here, not read from cronlock.sql.tables: a revision is frozen once released.
 _CONCURRENCY = (
@@ -35,11 +39,19 @@ def _schema() -> str:
 
 def upgrade() -> None:
     schema = _schema()
-    op.add_column("jobs", sa.Column("concurrency_key", sa.Text(), nullable=True), schema=schema)
     op.add_column(
-        "jobs", sa.Column("concurrency_limit", sa.Integer(), nullable=True), schema=schema
+        "jobs",
+        sa.Column("concurrency_key", sa.Text(), nullable=True),
+        schema=schema,
+        if_not_exists=True,
     )
-    op.create_check_constraint(op.f("ck_jobs_concurrency"), "jobs", _CONCURRENCY, schema=schema)
+    op.add_column(
+        "jobs",
+        sa.Column("concurrency_limit", sa.Integer(), nullable=True),
+        schema=schema,
+        if_not_exists=True,
+    )
+    online.add_check("ck_jobs_concurrency", "jobs", _CONCURRENCY)
 
 
 def downgrade() -> None:

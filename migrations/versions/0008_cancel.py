@@ -18,6 +18,8 @@ revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0007"
 
 
 def _schema() -> str:

@@ -19,6 +19,8 @@ revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0008"
 
 
 def _schema() -> str:

@@ -22,6 +22,8 @@ revision = "0012"
 down_revision = "0011"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0011"
 
 # One cumulative bucket column per bound of cronlock.sql.histograms.LATENCY_BUCKETS (16).
 _BUCKETS = 16

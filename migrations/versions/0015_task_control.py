@@ -23,6 +23,8 @@ revision = "0015"
 down_revision = "0013"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6).
+oldest_code = "0013"
 
 
 def _schema() -> str:
@@ -64,6 +66,7 @@ def upgrade() -> None:
         "runs",
         sa.Column("items_parked", sa.Integer(), server_default="0", nullable=False),
         schema=schema,
+        if_not_exists=True,
     )
 
 

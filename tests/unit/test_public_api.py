@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
+import tomllib
 import types
-from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -69,8 +71,12 @@ def test_what_a_user_writes_is_public() -> None:
     }
 
 
-def test_version_is_the_installed_distributions() -> None:
-    assert cronlock.__version__ == metadata.version("cronlock")
+def test_the_version_is_semver_and_its_one_source() -> None:
+    # MAJOR.MINOR.PATCH, with a PEP 440 pre-release or dev suffix (0.3.0.dev0, 1.0.0rc1).
+    assert re.fullmatch(r"\d+\.\d+\.\d+((a|b|rc)\d+)?(\.dev\d+)?", cronlock.__version__)
+    project = tomllib.loads((Path(cronlock.__file__).parents[1] / "pyproject.toml").read_text())
+    assert project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["hatch"]["version"]["path"] == "cronlock/__init__.py"
 
 
 def test_the_drainer_options_are_typed_keywords() -> None:
