@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .. import sql
 from ..logs import JOBS_LOGGER
 from ..observe.stats import DrainStats
-from ..outcome import MAX_MESSAGE_LENGTH, JobStatus
+from ..outcome import MAX_MESSAGE_LENGTH, JobStatus, error_line
 from ..pg import AsyncpgStatement, DriverConnection
 from .jobs import Backoff, Job
 
@@ -58,6 +58,7 @@ __all__ = [
     "micros_now",
     "micros_of",
     "outcome_of_failure",
+    "refused",
     "snoozed",
 ]
 
@@ -182,6 +183,23 @@ def outcome_of_failure(
             entry,
             worker_run_at=now + timedelta(seconds=backoff.delay(retry, rng)),
         )
+    return Failure(job, JobStatus.FAILED, job.retry_count, started, now, error, entry)
+
+
+REFUSED = "its outcome could not be written"
+
+
+def refused(outcome: Attempt, exc: BaseException) -> Failure:
+    """The rule for an outcome the database refused to write (a constraint such as another
+    job's dedup key, a trigger's error, a row it cannot take): its job fails for good with the
+    refusal in its history, not retried (the same write would be refused again), and nothing
+    raises out of the lane or the sweep. ``exc`` is the refusal."""
+    job = outcome.job
+    now = datetime.now(UTC)
+    started = now if isinstance(outcome, Success) else outcome.worker_started_at
+    kind = "snoozed" if isinstance(outcome, Snoozed) else _finish_row(outcome)[1]
+    error = f"{REFUSED} ({kind}): {error_line(exc)}"[:MAX_MESSAGE_LENGTH]
+    entry = json.dumps({"attempt": job.retry_count + 1, "error": error})
     return Failure(job, JobStatus.FAILED, job.retry_count, started, now, error, entry)
 
 

@@ -43,7 +43,7 @@ from ..observe.stats import DrainStats
 from ..outcome import error_line
 from ..sql.tables import cancel_channel, jobs_channel
 from .attempt import Attempts, ConnectionLost, LostLease
-from .complete import Attempt, Completion, count
+from .complete import Attempt, Completion, count, refused
 from .jobs import Job
 from .lease import Fence, LockLost
 
@@ -447,7 +447,14 @@ class Lanes:
                 lane.in_flight = 0
                 outcomes.append(outcome)
             if outcomes:
-                await self.completion.write(driver, outcomes, self._db_now())
+                try:
+                    await self.completion.write(driver, outcomes, self._db_now())
+                except pg.ServerError as refusal:
+                    if pg.connection_lost(refusal):
+                        raise
+                    await transaction.rollback()
+                    await self._refused(driver, lane, outcomes, refusal)
+                    return len(claimed)
                 if self.fence is not None and not await self.fence.holds(driver):
                     raise LockLost
         except BaseException as exc:
@@ -471,3 +478,53 @@ class Lanes:
         self.stats.handed_back += len(claimed) - len(outcomes)
         count(self.stats, outcomes, begun, queue=self.queue, claimed=claimed_clock)
         return len(claimed)
+
+    async def _refused(
+        self,
+        driver: pg.DriverConnection,
+        lane: Lane,
+        outcomes: list[Attempt],
+        refusal: BaseException,
+    ) -> None:
+        """The database refused the batch's outcomes (a constraint, a trigger's error): the
+        batch rolled back. Each outcome the database refuses alone (tried in a transaction
+        rolled back) fails its job (``complete.refused``); the others run again, as after a
+        lost connection. One that cannot even be failed is left to an operator, logged."""
+        lane.last_job = None
+        refusals: list[tuple[Attempt, BaseException]] = []
+        for outcome in outcomes:
+            if len(outcomes) == 1:
+                refusals.append((outcome, refusal))
+                continue
+            trial = driver.transaction()
+            await trial.start()
+            try:
+                await self.completion.write(driver, [outcome], self._db_now())
+            except pg.ServerError as alone:
+                if pg.connection_lost(alone):
+                    raise
+                refusals.append((outcome, alone))
+            finally:
+                await trial.rollback()
+        self.stats.rolled_back += len(outcomes) - len(refusals)
+        for outcome, why in refusals:
+            failure = refused(outcome, why)
+            logger.error(
+                "job %s: its outcome could not be written (%s): failed",
+                outcome.job.id,
+                error_line(why),
+                extra={"action": "job_outcome_refused", "queue": self.queue},
+            )
+            try:
+                await self.completion.write(driver, [failure], self._db_now())
+            except pg.ServerError as again:
+                if pg.connection_lost(again):
+                    raise
+                logger.error(
+                    "job %s: not even its failure could be written (%s): left for an operator",
+                    outcome.job.id,
+                    error_line(again),
+                    extra={"action": "job_outcome_refused", "queue": self.queue},
+                )
+                continue
+            count(self.stats, [failure], queue=self.queue)

@@ -39,7 +39,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -50,10 +50,22 @@ from sqlalchemy.orm import Session
 from .. import pg, sql
 from ..database import Database
 from ..observe.stats import DrainStats
+from ..outcome import error_line
 from ..pg import session_has_pending, session_untouched
 from .attempt import Attempts, _describe
 from .cancel import CancelRequested, Scope
-from .complete import Attempt, Cancelled, Snoozed, Success, count, micros_now, micros_of
+from .complete import (
+    REFUSED,
+    Attempt,
+    Cancelled,
+    Failure,
+    Snoozed,
+    Success,
+    count,
+    micros_now,
+    micros_of,
+    refused,
+)
 from .handling import JobCancel, JobSnooze, running
 from .jobs import Handler, Job, to_json
 from .lanes import Lane, Lanes, _decode
@@ -393,7 +405,13 @@ class LeasedLanes(Lanes):
         else:
             statement = self._finish_many
             args = statement.args(worker=self.owner, now=now, **_finish_columns(outcomes, attempts))
-        rows = await driver.fetch(statement.sql, *args)
+        try:
+            rows = await driver.fetch(statement.sql, *args)
+        except pg.ServerError as exc:
+            if pg.connection_lost(exc):
+                raise
+            await self._write_refused(driver, outcomes, begun, held, claimed, exc)
+            return
         applied = {row[0] for row in rows}
         kept = [(o, b) for o, b in zip(outcomes, begun, strict=True) if o.job.id in applied]
         ran = [o for o, _ in kept]
@@ -404,6 +422,41 @@ class LeasedLanes(Lanes):
         for outcome in outcomes:
             if outcome.job.id not in applied:
                 await self._record_fenced(outcome.job, attempts[outcome.job.id])
+
+    async def _write_refused(
+        self,
+        driver: pg.DriverConnection,
+        outcomes: list[Attempt],
+        begun: list[float],
+        held: dict[uuid.UUID, int] | None,
+        claimed: float,
+        exc: BaseException,
+    ) -> None:
+        """The database refused a batch's outcomes: each is written on its own, and one it
+        refuses alone fails its job (``complete.refused``). One that cannot even be failed is
+        left to an operator, running (returned as lost once this worker ends), logged."""
+        if len(outcomes) > 1:
+            for outcome, began in zip(outcomes, begun, strict=True):
+                await self._write(driver, [outcome], [began], held, claimed)
+            return
+        (outcome,) = outcomes
+        if isinstance(outcome, Failure) and outcome.error.startswith(REFUSED):
+            logger.error(
+                "job %s: not even its failure could be written (%s): left running for an operator",
+                outcome.job.id,
+                error_line(exc),
+                extra={"action": "job_outcome_refused", "queue": self.queue},
+            )
+            if held is not None:
+                held.pop(outcome.job.id, None)
+            return
+        logger.error(
+            "job %s: its outcome could not be written (%s): failed",
+            outcome.job.id,
+            error_line(exc),
+            extra={"action": "job_outcome_refused", "queue": self.queue},
+        )
+        await self._write(driver, [refused(outcome, exc)], begun, held, claimed)
 
     async def _record_fenced(self, job: Job, attempt: int) -> None:
         self.stats.fenced += 1
@@ -541,7 +594,11 @@ class LeaseMode:
         watch beside them; an error message if the liveness lock was lost."""
         assert self.sweeper is not None, "make_lanes() first"
         sweeper = self.sweeper
-        await sweeper.sweep()  # the jobs of workers that died before this one became active
+        try:
+            await sweeper.sweep()  # the jobs of workers that died before this one became active
+        except BaseException:
+            cast(Coroutine[Any, Any, Any], lanes_run).close()  # never started: no warning
+            raise
         sweeping = asyncio.create_task(sweeper.run())
         watch = asyncio.create_task(self.liveness.watch(stop))
         try:

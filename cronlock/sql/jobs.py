@@ -45,7 +45,7 @@ from ..locks import namespace_key
 from ..outcome import JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
 from .histograms import buckets
 from .queues import QUEUE_PAUSED_NOW
-from .tables import JOB_DEDUP_PREDICATE, SNOOZED_ENTRY, cancel_requests, jobs
+from .tables import JOB_DEDUP_PREDICATE, JOB_DEDUP_STATUSES, SNOOZED_ENTRY, cancel_requests, jobs
 
 __all__ = [
     "CONCURRENCY_NAMESPACE",
@@ -70,7 +70,9 @@ __all__ = [
     "JOB_LEASE_CLAIM",
     "JOB_LEASE_COMPLETE_MANY",
     "JOB_LEASE_FINISH_MANY",
+    "JOB_LEASE_GIVE_UP",
     "JOB_LEASE_HAND_BACK",
+    "JOB_LEASE_LOST_IDS",
     "JOB_LEASE_NEXT_DUE",
     "JOB_LEASE_RECORD_FENCED",
     "JOB_LEASE_RETURN_LOST",
@@ -692,9 +694,15 @@ _lost_entry = func.jsonb_build_object(
 # the claim), with an error_history entry saying the worker was lost and lost_runs + 1. Not a
 # failed attempt (retry_count stays); a job whose lost runs reach its bound (:max_lost_runs of
 # its type, :default_max_lost_runs for the others) is failed instead, and says why.
+_lost_ids = bindparam("ids", type_=ARRAY(Uuid))
 JOB_LEASE_RETURN_LOST = (
     update(jobs)
-    .where(jobs.c.owner == _dead.c.owner, _PROCESSING, jobs.c.queue == bindparam("queue_name"))
+    .where(
+        jobs.c.owner == _dead.c.owner,
+        _PROCESSING,
+        jobs.c.queue == bindparam("queue_name"),
+        or_(_lost_ids.is_(None), jobs.c.id == any_(_lost_ids)),
+    )
     .values(
         status=case((_stopped, literal_column("'failed'")), else_=_waiting_again),
         owner=null(),
@@ -714,6 +722,37 @@ JOB_LEASE_RETURN_LOST = (
         completed_at=case((_stopped, func.now()), else_=null()),
     )
     .returning(jobs.c.id, jobs.c.status, _dead.c.owner)
+)
+
+# The running jobs of dead owners in :queue_name, one by one: what a sweep whose statement
+# the database refused (one job's row, a trigger) returns each on its own.
+JOB_LEASE_LOST_IDS = select(jobs.c.id).where(
+    jobs.c.owner == _dead.c.owner, _PROCESSING, jobs.c.queue == bindparam("queue_name")
+)
+
+# A running job of a dead owner that the database refuses to return: failed, with :error (the
+# refusal) as its message and in its history.
+JOB_LEASE_GIVE_UP = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("job_id", type_=Uuid), _PROCESSING)
+    .values(
+        status=literal_column("'failed'"),
+        owner=null(),
+        error_message=bindparam("error", type_=Text),
+        error_history=jobs.c.error_history.op("||")(
+            func.jsonb_build_array(
+                func.jsonb_build_object(
+                    "attempt",
+                    jobs.c.retry_count + 1,
+                    "error",
+                    bindparam("error", type_=Text),
+                    "at",
+                    _iso(func.now()),
+                )
+            )
+        ),
+        completed_at=func.now(),
+    )
 )
 
 JOB_COUNTS = (
@@ -835,15 +874,13 @@ JOB_TOTALS = (
 _ids = bindparam("ids", type_=ARRAY(Uuid))
 _FINISHED = jobs.c.status.in_([literal_column(repr(s.value)) for s in JOB_FINISHED_STATUSES])
 _other = jobs.alias("other")
-_other_waiting = _other.c.status.in_([literal_column(repr(s.value)) for s in JOB_WAITING_STATUSES])
+_other_holds = _other.c.status.in_([literal_column(repr(s.value)) for s in JOB_DEDUP_STATUSES])
 
-# Another waiting job holds this job's dedup key (uq_jobs_dedup_key allows one): retrying it
+# Another job holds this job's dedup key (uq_jobs_dedup_key allows one): retrying it
 # would break that index, so it is reported instead.
 _DEDUP_HELD = and_(
     jobs.c.dedup_key.is_not(None),
-    exists().where(
-        _other.c.dedup_key == jobs.c.dedup_key, _other_waiting, _other.c.id != jobs.c.id
-    ),
+    exists().where(_other.c.dedup_key == jobs.c.dedup_key, _other_holds, _other.c.id != jobs.c.id),
 )
 # What a retry makes due now: a job that failed for good, or one waiting for a retry later.
 _RETRYABLE = or_(

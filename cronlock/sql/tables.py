@@ -50,6 +50,7 @@ __all__ = [
     "JOBS_NOTIFY_FUNCTION",
     "JOBS_NOTIFY_TRIGGER",
     "JOB_DEDUP_PREDICATE",
+    "JOB_DEDUP_STATUSES",
     "JOB_FINISHED_PREDICATE",
     "JOB_OPEN_PREDICATE",
     "JOB_PROCESSING_PREDICATE",
@@ -110,9 +111,12 @@ def in_list(column: str, values: tuple[str, ...]) -> str:
 
 # The claim's predicate (and the dedup index's): a job that is due to run once run_at comes.
 JOB_WAITING_PREDICATE = in_list("status", JOB_WAITING_STATUSES)
-JOB_DEDUP_PREDICATE = "dedup_key IS NOT NULL AND " + JOB_WAITING_PREDICATE
 # A job the lease mode claimed: committed as running, owned by a live worker (or returned).
 JOB_PROCESSING_PREDICATE = in_list("status", (JobStatus.PROCESSING,))
+# The jobs that hold their dedup key: waiting, and running in the lease mode (migration 0014;
+# the transactional modes' running jobs are still waiting in their row).
+JOB_DEDUP_STATUSES = (*JOB_WAITING_STATUSES, JobStatus.PROCESSING)
+JOB_DEDUP_PREDICATE = "dedup_key IS NOT NULL AND " + in_list("status", JOB_DEDUP_STATUSES)
 # A finished job (completed, failed, cancelled) is one with a completion time.
 JOB_FINISHED_PREDICATE = "completed_at IS NOT NULL"
 # Every job but a completed one: what the dashboard's ix_jobs_open holds.
@@ -189,7 +193,8 @@ Index(
     postgresql_where=_where(JOB_WAITING_PREDICATE),
 )
 
-# At most one waiting job per dedup key; an index, so it holds under concurrent enqueues.
+# At most one job per dedup key waiting or running (JOB_DEDUP_STATUSES); an index, so it holds
+# under concurrent enqueues.
 Index(
     "uq_jobs_dedup_key",
     jobs.c.dedup_key,
