@@ -55,6 +55,7 @@ __all__ = [
     "cancelled",
     "count",
     "datetime_of",
+    "given_up",
     "micros_now",
     "micros_of",
     "outcome_of_failure",
@@ -194,13 +195,18 @@ def refused(outcome: Attempt, exc: BaseException) -> Failure:
     job's dedup key, a trigger's error, a row it cannot take): its job fails for good with the
     refusal in its history, not retried (the same write would be refused again), and nothing
     raises out of the lane or the sweep. ``exc`` is the refusal."""
-    job = outcome.job
-    now = datetime.now(UTC)
-    started = now if isinstance(outcome, Success) else outcome.worker_started_at
+    started = None if isinstance(outcome, Success) else outcome.worker_started_at
     kind = "snoozed" if isinstance(outcome, Snoozed) else _finish_row(outcome)[1]
-    error = f"{REFUSED} ({kind}): {error_line(exc)}"[:MAX_MESSAGE_LENGTH]
+    return given_up(outcome.job, f"{REFUSED} ({kind}): {error_line(exc)}", started)
+
+
+def given_up(job: Job, error: str, started: datetime | None = None) -> Failure:
+    """``job`` failed for good with ``error``, whatever its retries left: what no attempt can
+    change (its outcome refused, its payload unreadable)."""
+    now = datetime.now(UTC)
+    error = error[:MAX_MESSAGE_LENGTH]
     entry = json.dumps({"attempt": job.retry_count + 1, "error": error})
-    return Failure(job, JobStatus.FAILED, job.retry_count, started, now, error, entry)
+    return Failure(job, JobStatus.FAILED, job.retry_count, started or now, now, error, entry)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

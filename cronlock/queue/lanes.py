@@ -31,9 +31,10 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -43,7 +44,7 @@ from ..observe.stats import DrainStats
 from ..outcome import error_line
 from ..sql.tables import cancel_channel, jobs_channel
 from .attempt import Attempts, ConnectionLost, LostLease
-from .complete import Attempt, Completion, count, refused
+from .complete import Attempt, Completion, Failure, count, given_up, refused
 from .jobs import Job
 from .lease import Fence, LockLost
 
@@ -86,6 +87,28 @@ class Lane:
 # A claimed payload is jsonb's text output: one JSON value, no whitespace around it, which
 # raw_decode reads without the two regular expressions json.loads runs around it.
 _decode = json.JSONDecoder().raw_decode
+
+
+def read_jobs(rows: Sequence[Sequence[Any]]) -> tuple[list[Job], list[Failure]]:
+    """Claimed rows as jobs, when a payload among them cannot be read here (JSON nested deeper
+    than Python's recursion limit, which plain SQL can store): that job fails for good instead
+    of its lane (``complete.given_up``). Only then: the claim's own loop is the fast path."""
+    jobs: list[Job] = []
+    unreadable: list[Failure] = []
+    for id, kind, payload, retries, most, created, at, *trace in rows:
+        try:
+            jobs.append(Job(id, kind, _decode(payload)[0], retries, most, created, at, *trace))
+        except (RecursionError, ValueError) as exc:
+            job = Job(id, kind, None, retries, most, created, at)
+            error = f"its payload could not be read: {error_line(exc)}"
+            unreadable.append(given_up(job, error))
+            logger.error(
+                "job %s: %s: failed",
+                id,
+                error,
+                extra={"action": "job_unreadable", "job_id": str(id)},
+            )
+    return jobs, unreadable
 
 
 class Lanes:
@@ -424,16 +447,21 @@ class Lanes:
                     self._next_due.sql, *self._next_due.args(queue=self.queue, now=self._db_now())
                 )
                 lane.next_due = None if seconds is None else float(seconds)
-            if self._traced:
-                claimed = [
-                    Job(id, kind, _decode(payload)[0], retries, most, created, at, trace)
-                    for id, kind, payload, retries, most, created, at, trace in rows
-                ]
-            else:
-                claimed = [
-                    Job(id, kind, _decode(payload)[0], retries, most, created, at)
-                    for id, kind, payload, retries, most, created, at in rows
-                ]
+            try:
+                if self._traced:
+                    claimed = [
+                        Job(id, kind, _decode(payload)[0], retries, most, created, at, trace)
+                        for id, kind, payload, retries, most, created, at, trace in rows
+                    ]
+                else:
+                    claimed = [
+                        Job(id, kind, _decode(payload)[0], retries, most, created, at)
+                        for id, kind, payload, retries, most, created, at in rows
+                    ]
+            except (RecursionError, ValueError):
+                claimed, unreadable = read_jobs(rows)
+                outcomes += unreadable
+                begun += [time.perf_counter()] * len(unreadable)
             # Looked up once per batch, not per job.
             stopping, perf_counter = self._stopping.is_set, time.perf_counter
             attempt = self.attempts.run_traced if self._traced else self.attempts.run
@@ -454,7 +482,7 @@ class Lanes:
                         raise
                     await transaction.rollback()
                     await self._refused(driver, lane, outcomes, refusal)
-                    return len(claimed)
+                    return len(rows)
                 if self.fence is not None and not await self.fence.holds(driver):
                     raise LockLost
         except BaseException as exc:
@@ -475,9 +503,9 @@ class Lanes:
             if self._lost_runs:
                 for outcome in outcomes:
                     self._lost_runs.pop(outcome.job.id, None)
-        self.stats.handed_back += len(claimed) - len(outcomes)
+        self.stats.handed_back += len(rows) - len(outcomes)
         count(self.stats, outcomes, begun, queue=self.queue, claimed=claimed_clock)
-        return len(claimed)
+        return len(rows)
 
     async def _refused(
         self,

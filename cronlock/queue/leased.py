@@ -68,7 +68,7 @@ from .complete import (
 )
 from .handling import JobCancel, JobSnooze, running
 from .jobs import Handler, Job, to_json
-from .lanes import Lane, Lanes, _decode
+from .lanes import Lane, Lanes, _decode, read_jobs
 from .lease import Keepalive
 from .liveness import DEFAULT_SWEEP_INTERVAL, Liveness, Sweeper
 
@@ -166,23 +166,38 @@ class LeasedLanes(Lanes):
         held = self._held[lane.number].attempts
         now = self._db_now()
         lane.claimed_clock = time.perf_counter()  # just before the claim: see complete.count
-        rows = await driver.fetch(
-            self._lease_claim.sql,
-            *self._lease_claim.args(
-                queue=self.queue, limit=self.batch_size, worker=self.owner, now=now
-            ),
-        )
+        try:
+            rows = await driver.fetch(
+                self._lease_claim.sql,
+                *self._lease_claim.args(
+                    queue=self.queue, limit=self.batch_size, worker=self.owner, now=now
+                ),
+            )
+        except pg.ServerError as exc:
+            if pg.connection_lost(exc):
+                raise
+            await self._claim_refused(driver, exc)
+            return 1  # claim again at once: the job that stopped it is out of the way
         if not rows:  # how long the lane may idle (Lanes._idle)
             seconds = await driver.fetchval(
                 self._next_due.sql, *self._next_due.args(queue=self.queue, now=now)
             )
             lane.next_due = None if seconds is None else float(seconds)
         claimed: list[Job] = []
-        for id, kind, payload, retries, most, created, attempt, started_at in rows:  # in order
-            claimed.append(Job(id, kind, _decode(payload)[0], retries, most, created, started_at))
-            held[id] = attempt
         batched: list[Attempt] = []
         begun: list[float] = []
+        try:
+            for id, kind, payload, retries, most, created, attempt, started_at in rows:  # in order
+                held[id] = attempt
+                claimed.append(
+                    Job(id, kind, _decode(payload)[0], retries, most, created, started_at)
+                )
+        except (RecursionError, ValueError):
+            for row in rows:
+                held[row[0]] = row[6]
+            claimed, unreadable = read_jobs([(*row[:6], row[7]) for row in rows])
+            batched += unreadable
+            begun += [time.perf_counter()] * len(unreadable)
         for job in claimed:
             if self.stopping:
                 break
@@ -207,7 +222,7 @@ class LeasedLanes(Lanes):
                 held.pop(job_id, None)
         if batched:
             await self._write(driver, batched, begun, held, lane.claimed_clock)
-        return len(claimed)
+        return len(rows)
 
     # -- one attempt ----------------------------------------------------------------------
 
@@ -422,6 +437,52 @@ class LeasedLanes(Lanes):
         for outcome in outcomes:
             if outcome.job.id not in applied:
                 await self._record_fenced(outcome.job, attempts[outcome.job.id])
+
+    async def _claim_refused(self, driver: pg.DriverConnection, exc: BaseException) -> None:
+        """The database refused the claim (one job's row, a trigger): each due job is tried
+        alone in a transaction rolled back, and one the database refuses to hand out fails
+        with the refusal in its history, or, when not even that can be written, stays for an
+        operator; the lane claims on."""
+        candidates = pg.AsyncpgStatement.of(sql.JOB_LEASE_CANDIDATES, self.database.schema)
+        trial = pg.AsyncpgStatement.of(sql.JOB_LEASE_TRY_CLAIM, self.database.schema)
+        ids = await driver.fetch(
+            candidates.sql,
+            *candidates.args(queue=self.queue, limit=self.batch_size, now=self._db_now()),
+        )
+        refusals: list[tuple[uuid.UUID, BaseException]] = []
+        for (job_id,) in ids:
+            transaction = driver.transaction()
+            await transaction.start()
+            try:
+                await driver.execute(trial.sql, *trial.args(job_id=job_id, worker=self.owner))
+            except pg.ServerError as alone:
+                if pg.connection_lost(alone):
+                    raise
+                refusals.append((job_id, alone))
+            finally:
+                await transaction.rollback()
+        if not refusals:
+            raise exc  # not one job's doing: the lane's failure, as before
+        for job_id, why in refusals:
+            error = f"it could not be claimed: {error_line(why)}"
+            logger.error(
+                "job %s: %s; failed",
+                job_id,
+                error,
+                extra={"action": "job_claim_refused", "queue": self.queue},
+            )
+            try:
+                async with self._engine().begin() as conn:
+                    await conn.execute(sql.JOB_LEASE_GIVE_UP, {"job_id": job_id, "error": error})
+            except DBAPIError as again:
+                if pg.connection_lost(again):
+                    raise
+                logger.error(
+                    "job %s: not even its failure could be written (%s): left for an operator",
+                    job_id,
+                    error_line(again),
+                    extra={"action": "job_claim_refused", "queue": self.queue},
+                )
 
     async def _write_refused(
         self,

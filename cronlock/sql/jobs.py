@@ -67,6 +67,7 @@ __all__ = [
     "JOB_INSERT_ONE",
     "JOB_INSERT_ONE_TRACED",
     "JOB_KEY_SLOT_FREE",
+    "JOB_LEASE_CANDIDATES",
     "JOB_LEASE_CLAIM",
     "JOB_LEASE_COMPLETE_MANY",
     "JOB_LEASE_FINISH_MANY",
@@ -77,6 +78,7 @@ __all__ = [
     "JOB_LEASE_RECORD_FENCED",
     "JOB_LEASE_RETURN_LOST",
     "JOB_LEASE_STATE",
+    "JOB_LEASE_TRY_CLAIM",
     "JOB_NEXT_DUE",
     "JOB_OLDEST_DUE",
     "JOB_PRUNE",
@@ -520,6 +522,20 @@ JOB_LEASE_CLAIM = select(
     _lease_taken.c.started_at,
 ).order_by(_lease_taken.c.priority.desc(), _lease_taken.c.run_at)
 
+# After the database refused a lease claim: the jobs it would have claimed, in its order and
+# unlocked, each then tried alone (JOB_LEASE_TRY_CLAIM, in a transaction rolled back).
+JOB_LEASE_CANDIDATES = (
+    select(jobs.c.id)
+    .where(*_CLAIMABLE, jobs.c.concurrency_key.is_(None))
+    .order_by(*_CLAIM_ORDER)
+    .limit(bindparam("limit", type_=Integer))
+)
+JOB_LEASE_TRY_CLAIM = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("job_id", type_=Uuid))
+    .values(status=literal_column("'processing'"), owner=_owner, attempt=jobs.c.attempt + 1)
+)
+
 # The fencing guard: still running, still this owner's, still this claim.
 _fenced_to = and_(_PROCESSING, jobs.c.owner == _owner)
 
@@ -730,11 +746,11 @@ JOB_LEASE_LOST_IDS = select(jobs.c.id).where(
     jobs.c.owner == _dead.c.owner, _PROCESSING, jobs.c.queue == bindparam("queue_name")
 )
 
-# A running job of a dead owner that the database refuses to return: failed, with :error (the
-# refusal) as its message and in its history.
+# A job the database refuses to hand out or to return (a lease claim or sweep refused for it):
+# failed, with :error (the refusal) as its message and in its history.
 JOB_LEASE_GIVE_UP = (
     update(jobs)
-    .where(jobs.c.id == bindparam("job_id", type_=Uuid), _PROCESSING)
+    .where(jobs.c.id == bindparam("job_id", type_=Uuid), or_(_PROCESSING, _WAITING))
     .values(
         status=literal_column("'failed'"),
         owner=null(),

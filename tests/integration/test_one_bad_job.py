@@ -57,7 +57,7 @@ async def _app(database: Database) -> AsyncIterator[tuple[App, Gate]]:
 
 
 async def _row(database: Database, job_id: uuid.UUID) -> dict[str, Any]:
-    (row,) = [r for r in await job_rows(database) if r["id"] == job_id]
+    (row,) = await job_rows(database, id=job_id)
     return row
 
 
@@ -185,7 +185,7 @@ async def test_an_outcome_the_database_refuses_fails_its_job_and_the_worker_goes
         assert row["error_message"].startswith(f"its outcome could not be written ({status})")
         assert "refused for this job" in row["error_history"][-1]["error"]
         for other in others:
-            assert await _status(database, other.id) == "completed"
+            assert await _completed(database, other.id)
         # A new worker starts and serves.
         after = await app.enqueue(app.database, "ok", {})
         drained = await app.drain(commit_mode=mode)
@@ -217,3 +217,54 @@ async def test_a_lost_job_the_database_refuses_to_return_fails_and_the_sweep_goe
         assert "could not be returned" in row["error_history"][-1]["error"]
         assert await _status(database, lost.id) == "completed"
         assert not gate.reached.is_set()
+
+
+async def test_a_job_the_database_refuses_to_hand_out_fails_and_the_lease_lane_claims_on(
+    database: Database,
+) -> None:
+    async with _app(database) as (app, _gate):
+        bad = await app.enqueue(app.database, "ok", {}, priority=1)
+        others = [await app.enqueue(app.database, "ok", {}) for _ in range(3)]
+        await _refuse(database, bad.id, ("processing",))
+        result = await app.drain(commit_mode="lease", batch_size=4)
+        assert result.status is not RunStatus.FAILED, result.error
+        assert result.stats["processed"] == 3
+        row = await _row(database, bad.id)
+        assert row["status"] == "failed" and row["owner"] is None
+        assert row["error_message"].startswith("it could not be claimed: RaiseError: refused")
+        for other in others:
+            assert await _completed(database, other.id)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_payload_this_process_cannot_read_fails_its_job_not_the_lane(
+    database: Database, mode: str
+) -> None:
+    """JSON nested deeper than Python's recursion limit, which plain SQL can store."""
+    async with _app(database) as (app, _gate):
+        others = [await app.enqueue(app.database, "ok", {}) for _ in range(2)]
+        deep = "[" * 5000 + "]" * 5000
+        async with database.engine.begin() as conn:
+            bad = await conn.scalar(
+                text(
+                    "INSERT INTO cronlock.jobs (job_type, payload, priority) VALUES "
+                    "('ok', jsonb_build_object('deep', CAST(:deep AS jsonb)), 1) RETURNING id"
+                ),
+                {"deep": deep},
+            )
+        result = await app.drain(commit_mode=mode, batch_size=3 if mode != "strict" else None)
+        assert result.status is not RunStatus.FAILED, result.error
+        assert result.stats["processed"] == 2 and result.stats["failed"] == 1
+        async with database.connect() as conn:  # not its payload: this process cannot read it
+            row = (
+                await conn.execute(
+                    text("SELECT status, error_message FROM cronlock.jobs WHERE id = :id"),
+                    {"id": bad},
+                )
+            ).one()
+        assert row.status == "failed"
+        assert row.error_message == "its payload could not be read: RecursionError: " + (
+            "maximum recursion depth exceeded while decoding a JSON array from a unicode string"
+        )
+        for other in others:
+            assert await _completed(database, other.id)
