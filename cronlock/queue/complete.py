@@ -30,7 +30,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -55,6 +56,7 @@ __all__ = [
     "cancelled",
     "count",
     "datetime_of",
+    "finish_columns",
     "given_up",
     "micros_now",
     "micros_of",
@@ -252,7 +254,7 @@ class Completion:
                 return
         successes = [o for o in outcomes if isinstance(o, Success)]
         if len(successes) < len(outcomes):
-            columns = _finish_columns(outcomes)
+            columns = finish_columns(outcomes)
             await driver.execute(self._finish.sql, *self._finish.args(now=now, **columns))
         else:
             columns = {
@@ -269,7 +271,7 @@ class Completion:
         logged, when that fails too. Its started_at is still its claim's (``Job.claimed_at``)."""
         try:
             async with engine.begin() as conn:
-                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **_finish_columns([failure])})
+                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **finish_columns([failure])})
         except (OSError, DBAPIError, InterfaceError) as exc:
             logger.error(
                 "could not record the failure of job %s: %s",
@@ -343,10 +345,18 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
     )
 
 
-def _finish_columns(outcomes: list[Attempt]) -> dict[str, list[Any]]:
-    """Outcomes as the column arrays JOB_FINISH_MANY unnests."""
-    columns = zip(*(_finish_row(outcome) for outcome in outcomes), strict=True)
-    return {name: list(values) for name, values in zip(_FINISH_COLUMNS, columns, strict=True)}
+def finish_columns(
+    outcomes: list[Attempt], attempts: Mapping[uuid.UUID, int] | None = None
+) -> dict[str, list[Any]]:
+    """Outcomes as the column arrays JOB_FINISH_MANY unnests; with ``attempts`` (the lease
+    mode's fencing tokens by job), JOB_LEASE_FINISH_MANY's: each job's attempt instead of its
+    claim's time (that statement leaves started_at as the committed claim wrote it)."""
+    rows = zip(*(_finish_row(outcome) for outcome in outcomes), strict=True)
+    columns = {name: list(values) for name, values in zip(_FINISH_COLUMNS, rows, strict=True)}
+    if attempts is not None:
+        del columns["started_ats"]
+        columns["attempts"] = [attempts[job_id] for job_id in columns["ids"]]
+    return columns
 
 
 def count(

@@ -131,7 +131,14 @@ class Drainer:
         self._lost_database = False  # this round ended because the database or a lock went
         self._lanes: Lanes | None = None
         self._deadline: float | None = None
-        self._attempts = Attempts(handlers, queue=self.queue, clock=clock, rng=rng, tracing=tracing)
+        self._attempts = Attempts(
+            handlers,
+            queue=self.queue,
+            clock=clock,
+            rng=rng,
+            tracing=tracing,
+            lease=self.commit_mode is CommitMode.LEASE,
+        )
         self._completion = Completion(database.schema, self.queue)
 
     # -- control (signal handlers call these) ---------------------------------------------

@@ -80,6 +80,8 @@ class Lane:
     session: AsyncSession | None = None
     # After a claim that found nothing: seconds until the next job comes due (None: none).
     next_due: float | None = None
+    # The session a lease-mode handler used, for the completion to commit (attempt.py).
+    used: AsyncSession | None = None
     # The worker's monotonic clock just before this lane's last claim (the lease mode's).
     claimed_clock: float = 0.0
 

@@ -45,52 +45,34 @@ from typing import Any, cast
 
 from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-from sqlalchemy.orm import Session
 
 from .. import pg, sql
 from ..database import Database
 from ..observe.stats import DrainStats
 from ..outcome import error_line
-from ..pg import session_has_pending, session_untouched
-from .attempt import Attempts, _describe
-from .cancel import CancelRequested, Scope
+from .attempt import ConnectionLost, LeaseSession, LostLease, _describe
 from .complete import (
     REFUSED,
     Attempt,
-    Cancelled,
     Failure,
-    Snoozed,
     Success,
     count,
+    finish_columns,
     micros_now,
     micros_of,
     refused,
 )
-from .handling import JobCancel, JobSnooze, running
-from .jobs import Handler, Job, to_json
+from .jobs import Handler, Job
 from .lanes import Lane, Lanes, _decode, read_jobs
 from .lease import Keepalive
 from .liveness import DEFAULT_SWEEP_INTERVAL, Liveness, Sweeper
 
-__all__ = ["LeaseMode", "LeaseSession", "LeasedLanes"]
+__all__ = ["LeaseMode", "LeasedLanes"]
 
 logger = logging.getLogger("cronlock.drainer")
 
 # What a cut connection looks like from here: the job goes back, nothing is charged.
 _CONNECTION_LOST = (OSError, pg.ClientError, InterfaceError)
-
-
-class LeaseSession(Session):
-    """The completion's session: ``commit()`` from the handler flushes, and the completion
-    commits (with the job's completion, or not at all)."""
-
-    completing = False
-
-    def commit(self) -> None:
-        if self.completing:
-            super().commit()
-        else:
-            self.flush()
 
 
 @dataclass
@@ -112,7 +94,8 @@ class LeasedLanes(Lanes):
         super().__init__(*args, **kwargs)
         self.owner = owner
         schema = self.database.schema
-        self._lease_claim = pg.AsyncpgStatement.of(sql.JOB_LEASE_CLAIM, schema)
+        claim = sql.JOB_LEASE_CLAIM_TRACED if self._traced else sql.JOB_LEASE_CLAIM
+        self._lease_claim = pg.AsyncpgStatement.of(claim, schema)
         self._complete_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
         self._finish_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
         self._hand_back = pg.AsyncpgStatement.of(sql.JOB_LEASE_HAND_BACK, schema)
@@ -137,7 +120,16 @@ class LeasedLanes(Lanes):
                 try:
                     await self._batches(conn, driver, lane, until_empty=until_empty)
                     return
-                except (*_CONNECTION_LOST, _HandBack) as exc:
+                except LostLease as lost:
+                    # The attempt's connection went under it (a statement its timeout or an
+                    # operator's cancel interrupted): its outcome is written on a fresh one,
+                    # fenced; the batch's others go back below, and the lane goes on.
+                    await conn.invalidate()
+                    (failure,) = lost.args
+                    held = self._held[lane.number].attempts
+                    async with self._engine().connect() as fresh:
+                        await self._write(await pg.driver_of(fresh), [failure], [0.0], held, 0.0)
+                except (*_CONNECTION_LOST, _HandBack, ConnectionLost) as exc:
                     if self._aborted:
                         raise
                     await conn.invalidate()
@@ -187,27 +179,36 @@ class LeasedLanes(Lanes):
         batched: list[Attempt] = []
         begun: list[float] = []
         try:
-            for id, kind, payload, retries, most, created, attempt, started_at in rows:  # in order
-                held[id] = attempt
-                claimed.append(
-                    Job(id, kind, _decode(payload)[0], retries, most, created, started_at)
-                )
+            if self._traced:
+                for id, kind, payload, retries, most, created, attempt, at, trace in rows:
+                    held[id] = attempt
+                    job = Job(id, kind, _decode(payload)[0], retries, most, created, at, trace)
+                    claimed.append(job)
+            else:
+                for id, kind, payload, retries, most, created, attempt, at in rows:  # in order
+                    held[id] = attempt
+                    claimed.append(Job(id, kind, _decode(payload)[0], retries, most, created, at))
         except (RecursionError, ValueError):
             for row in rows:
                 held[row[0]] = row[6]
-            claimed, unreadable = read_jobs([(*row[:6], row[7]) for row in rows])
+            claimed, unreadable = read_jobs([(*row[:6], *row[7:]) for row in rows])
             batched += unreadable
             begun += [time.perf_counter()] * len(unreadable)
+        attempt = self.attempts.run_traced if self._traced else self.attempts.run
         for job in claimed:
             if self.stopping:
                 break
             lane.in_flight = 1
             started = time.perf_counter()
             try:
-                outcome = await self._attempt(conn, driver, lane, job, held[job.id], started)
+                outcome = await attempt(conn, lane, job)
             finally:
                 lane.in_flight = 0
-            if outcome is None:  # completed (or fenced) in its session's transaction
+            if lane.used is not None:  # the handler used its session: completed with it
+                session, lane.used = lane.used, None
+                await self._complete_in_session(
+                    session, driver, outcome, held[job.id], started, lane.claimed_clock
+                )
                 continue
             batched.append(outcome)
             begun.append(started)
@@ -224,95 +225,7 @@ class LeasedLanes(Lanes):
             await self._write(driver, batched, begun, held, lane.claimed_clock)
         return len(rows)
 
-    # -- one attempt ----------------------------------------------------------------------
-
-    async def _attempt(
-        self,
-        conn: AsyncConnection,
-        driver: pg.DriverConnection,
-        lane: Lane,
-        job: Job,
-        attempt: int,
-        begun: float,
-    ) -> Attempt | None:
-        """Run ``job``'s handler; its outcome to write with the batch, or None when it was
-        written already (the handler used its session: completed in that transaction). An
-        operator's cancel stops it as in the other modes (cancel.py's hook)."""
-        scope = self.attempts.cancels.enter(job.id)
-        try:
-            return await self._attempt_in(scope, conn, driver, lane, job, attempt, begun)
-        finally:
-            self.attempts.cancels.leave(scope)
-
-    async def _attempt_in(
-        self,
-        scope: Scope,
-        conn: AsyncConnection,
-        driver: pg.DriverConnection,
-        lane: Lane,
-        job: Job,
-        attempt: int,
-        begun: float,
-    ) -> Attempt | None:
-        attempts: Attempts = self.attempts
-        handler = attempts.handlers.get(job.job_type)
-        started = micros_now(self.clock)
-        if scope.requested:  # an operator's cancel came before the attempt
-            return attempts.stopped(job, started, ran=False)
-        if handler is None:
-            return attempts.failed(
-                job, f"no handler registered for job type {job.job_type!r}", started, None
-            )
-        session = lane.session or AsyncSession(
-            bind=conn, expire_on_commit=False, sync_session_class=LeaseSession
-        )
-        lane.session = None
-        # The handler runs in the lane's own task, as in the other modes (a task of its own
-        # per job cost about a fifth of the client's time on no-op jobs): an operator's cancel
-        # cancels the lane's task for the handler's await and takes it back (cancel.py).
-        context = running.set((job, self.queue, scope))  # current_job()
-        directed: JobCancel | JobSnooze | None = None
-        try:
-            scope.begin()
-            try:
-                value = await _call(handler, session, job.payload)
-            except BaseException as exc:
-                # An operator's cancel is the scope's own cancellation: that attempt's end.
-                # Any other (the drainer's abort) goes on.
-                if scope.end() and isinstance(exc, asyncio.CancelledError):
-                    raise CancelRequested() from None
-                raise
-            scope.end()
-            if value is None:
-                result = None
-            elif isinstance(value, JobCancel | JobSnooze):
-                result, directed = None, value
-            else:
-                result = to_json(value, "the handler's result")
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                if session.in_transaction():
-                    await session.rollback()  # none of this job's writes stay
-            if conn.invalidated or driver.is_closed():
-                raise _HandBack(f"the lane's connection went while job {job.id} ran") from exc
-            # Failed, or, an operator's cancel requested whatever it raised, cancelled.
-            return attempts.ended(job, _describe(exc, handler), started, handler, scope)
-        finally:
-            running.reset(context)
-        if directed is None:
-            outcome: Attempt = Success(job, result)
-        else:
-            finished = micros_now(self.clock)
-            outcome = attempts.directed(job, directed, started, finished)
-        sync = cast(LeaseSession, session.sync_session)
-        if not sync.in_transaction() and not session_has_pending(sync):
-            if session_untouched(sync):
-                lane.session = session
-            return outcome
-        await self._complete_in_session(
-            session, driver, outcome, attempt, begun, lane.claimed_clock
-        )
-        return None
+    # -- completing in the handler's session -------------------------------------------
 
     async def _complete_in_session(
         self,
@@ -339,7 +252,7 @@ class LeasedLanes(Lanes):
                 )
             else:
                 statement = self._finish_many
-                columns = _finish_columns([success], {success.job.id: attempt})
+                columns = finish_columns([success], {success.job.id: attempt})
                 args = statement.args(worker=self.owner, now=self._db_now(), **columns)
             done = await driver.fetch(statement.sql, *args)
             applied = bool(done)
@@ -419,7 +332,7 @@ class LeasedLanes(Lanes):
             )
         else:
             statement = self._finish_many
-            args = statement.args(worker=self.owner, now=now, **_finish_columns(outcomes, attempts))
+            args = statement.args(worker=self.owner, now=now, **finish_columns(outcomes, attempts))
         try:
             rows = await driver.fetch(statement.sql, *args)
         except pg.ServerError as exc:
@@ -543,66 +456,6 @@ class LeasedLanes(Lanes):
 
 def _ids(outcomes: list[Attempt]) -> set[uuid.UUID]:
     return {o.job.id for o in outcomes}
-
-
-async def _call(handler: Handler, session: AsyncSession, payload: Any) -> Any:
-    if handler.timeout is None:
-        return await handler.func(session, payload)
-    async with asyncio.timeout(handler.timeout):
-        return await handler.func(session, payload)
-
-
-def _finish_columns(
-    outcomes: list[Attempt], attempts: Mapping[uuid.UUID, int]
-) -> dict[str, list[Any]]:
-    """Outcomes as the column arrays JOB_LEASE_FINISH_MANY unnests (a success keeps its
-    retry count and errors; a retry's delay is counted on the database's clock)."""
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "ids",
-            "attempts",
-            "statuses",
-            "retry_counts",
-            "delays",
-            "errors",
-            "error_entries",
-            "results",
-        )
-    }
-    for outcome in outcomes:
-        job = outcome.job
-        columns["ids"].append(job.id)
-        columns["attempts"].append(attempts[job.id])
-        if isinstance(outcome, Success):
-            row: tuple[Any, ...] = ("completed", job.retry_count, None, None, None, outcome.result)
-        elif isinstance(outcome, Cancelled):
-            row = ("cancelled", job.retry_count, None, outcome.error, outcome.error_entry, None)
-        elif isinstance(outcome, Snoozed):
-            row = (
-                outcome.status.value,
-                job.retry_count,
-                outcome.delay,
-                None,
-                outcome.error_entry,
-                None,
-            )
-        else:
-            row = (
-                outcome.status.value,
-                outcome.retry_count,
-                outcome.delay,
-                outcome.error,
-                outcome.error_entry,
-                None,
-            )
-        for name, value in zip(
-            ("statuses", "retry_counts", "delays", "errors", "error_entries", "results"),
-            row,
-            strict=True,
-        ):
-            columns[name].append(value)
-    return columns
 
 
 class LeaseMode:

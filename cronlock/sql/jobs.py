@@ -69,6 +69,7 @@ __all__ = [
     "JOB_KEY_SLOT_FREE",
     "JOB_LEASE_CANDIDATES",
     "JOB_LEASE_CLAIM",
+    "JOB_LEASE_CLAIM_TRACED",
     "JOB_LEASE_COMPLETE_MANY",
     "JOB_LEASE_FINISH_MANY",
     "JOB_LEASE_GIVE_UP",
@@ -479,6 +480,7 @@ _lease_claimed = (
     .prefix_with("MATERIALIZED")
 )
 
+
 # Claim due jobs of :queue for :worker and commit it (one statement, its own transaction). The
 # CTE is MATERIALIZED so the LIMIT is applied once whatever the plan (the nested-loop trap Oban's
 # comment describes). The UPDATE finds the claimed rows by ``id = ANY(ARRAY(SELECT id FROM
@@ -487,40 +489,50 @@ _lease_claimed = (
 # whole table for it (6.9 of a 500-row claim's 20.9 ms; BENCHMARKS.md, the lease drain). The
 # rows come back in claim order (priority, then due time), sorted by the database: UPDATE …
 # RETURNING keeps none. started_at is when the database handed the job out.
-_lease_taken = (
-    update(jobs)
-    .where(jobs.c.id == any_(func.array(select(_lease_claimed.c.id).scalar_subquery())))
-    .values(
-        status=literal_column("'processing'"),
-        owner=_owner,
-        attempt=jobs.c.attempt + 1,
-        started_at=_DB_CLOCK,
-        completed_at=null(),
+def _lease_claim(*, traced: bool) -> Any:
+    taken = (
+        update(jobs)
+        .where(jobs.c.id == any_(func.array(select(_lease_claimed.c.id).scalar_subquery())))
+        .values(
+            status=literal_column("'processing'"),
+            owner=_owner,
+            attempt=jobs.c.attempt + 1,
+            started_at=_DB_CLOCK,
+            completed_at=null(),
+        )
+        .returning(
+            jobs.c.id,
+            jobs.c.job_type,
+            cast(jobs.c.payload, Text).label("payload"),
+            jobs.c.retry_count,
+            jobs.c.max_retries,
+            jobs.c.created_at,
+            jobs.c.attempt,
+            jobs.c.started_at,  # the claim's time on the database's clock: Job.claimed_at
+            jobs.c.priority,
+            jobs.c.run_at,
+            *([jobs.c.trace_context] if traced else []),
+        )
+        .cte("taken")
     )
-    .returning(
-        jobs.c.id,
-        jobs.c.job_type,
-        cast(jobs.c.payload, Text).label("payload"),
-        jobs.c.retry_count,
-        jobs.c.max_retries,
-        jobs.c.created_at,
-        jobs.c.attempt,
-        jobs.c.started_at,  # the claim's time on the database's clock: Job.claimed_at
-        jobs.c.priority,
-        jobs.c.run_at,
-    )
-    .cte("taken")
-)
-JOB_LEASE_CLAIM = select(
-    _lease_taken.c.id,
-    _lease_taken.c.job_type,
-    _lease_taken.c.payload,
-    _lease_taken.c.retry_count,
-    _lease_taken.c.max_retries,
-    _lease_taken.c.created_at,
-    _lease_taken.c.attempt,
-    _lease_taken.c.started_at,
-).order_by(_lease_taken.c.priority.desc(), _lease_taken.c.run_at)
+    columns = [
+        taken.c.id,
+        taken.c.job_type,
+        taken.c.payload,
+        taken.c.retry_count,
+        taken.c.max_retries,
+        taken.c.created_at,
+        taken.c.attempt,
+        taken.c.started_at,
+    ]
+    if traced:
+        columns.append(taken.c.trace_context)
+    return select(*columns).order_by(taken.c.priority.desc(), taken.c.run_at)
+
+
+JOB_LEASE_CLAIM = _lease_claim(traced=False)
+# The same for a traced drainer (cronlock.tracing): with the context each job carries.
+JOB_LEASE_CLAIM_TRACED = _lease_claim(traced=True)
 
 # After the database refused a lease claim: the jobs it would have claimed, in its order and
 # unlocked, each then tried alone (JOB_LEASE_TRY_CLAIM, in a transaction rolled back).
