@@ -41,6 +41,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy.exc import DBAPIError, InterfaceError
@@ -96,6 +97,9 @@ class LeasedLanes(Lanes):
         schema = self.database.schema
         claim = sql.JOB_LEASE_CLAIM_TRACED if self._traced else sql.JOB_LEASE_CLAIM
         self._lease_claim = pg.AsyncpgStatement.of(claim, schema)
+        keyed = sql.JOB_LEASE_CLAIM_KEYED_TRACED if self._traced else sql.JOB_LEASE_CLAIM_KEYED
+        self._keyed_claim = pg.AsyncpgStatement.of(keyed, schema)
+        self._keys_lock = pg.AsyncpgStatement.of(sql.JOB_LEASE_KEYS_LOCK, schema)
         self._complete_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
         self._finish_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
         self._hand_back = pg.AsyncpgStatement.of(sql.JOB_LEASE_HAND_BACK, schema)
@@ -170,6 +174,8 @@ class LeasedLanes(Lanes):
                 raise
             await self._claim_refused(driver, exc)
             return 1  # claim again at once: the job that stopped it is out of the way
+        if len(rows) < self.batch_size:  # room left: jobs with a concurrency key, if any
+            rows += await self._claim_keyed(driver, self.batch_size - len(rows), now)
         if not rows:  # how long the lane may idle (Lanes._idle)
             seconds = await driver.fetchval(
                 self._next_due.sql, *self._next_due.args(queue=self.queue, now=now)
@@ -350,6 +356,35 @@ class LeasedLanes(Lanes):
         for outcome in outcomes:
             if outcome.job.id not in applied:
                 await self._record_fenced(outcome.job, attempts[outcome.job.id])
+
+    async def _claim_keyed(
+        self, driver: pg.DriverConnection, limit: int, now: datetime | None
+    ) -> list[Any]:
+        """Claim up to ``limit`` due jobs with a concurrency key, within their keys' limits
+        (sql.JOB_LEASE_CLAIM_KEYED): the keyed claims' lock first, then the claim in a
+        statement of its own, committed together. Two statements and no claim when no keyed
+        job is due; none at all while the unkeyed claim fills the batch."""
+        transaction = driver.transaction()
+        await transaction.start()
+        try:
+            locked = await driver.fetch(
+                self._keys_lock.sql, *self._keys_lock.args(queue=self.queue, now=now)
+            )
+            rows: list[Any] = []
+            if locked:
+                rows = await driver.fetch(
+                    self._keyed_claim.sql,
+                    *self._keyed_claim.args(
+                        queue=self.queue, limit=limit, worker=self.owner, now=now
+                    ),
+                )
+        except BaseException:
+            if not driver.is_closed():
+                with contextlib.suppress(Exception):
+                    await transaction.rollback()
+            raise
+        await transaction.commit()
+        return rows
 
     async def _claim_refused(self, driver: pg.DriverConnection, exc: BaseException) -> None:
         """The database refused the claim (one job's row, a trigger): each due job is tried

@@ -69,11 +69,14 @@ __all__ = [
     "JOB_KEY_SLOT_FREE",
     "JOB_LEASE_CANDIDATES",
     "JOB_LEASE_CLAIM",
+    "JOB_LEASE_CLAIM_KEYED",
+    "JOB_LEASE_CLAIM_KEYED_TRACED",
     "JOB_LEASE_CLAIM_TRACED",
     "JOB_LEASE_COMPLETE_MANY",
     "JOB_LEASE_FINISH_MANY",
     "JOB_LEASE_GIVE_UP",
     "JOB_LEASE_HAND_BACK",
+    "JOB_LEASE_KEYS_LOCK",
     "JOB_LEASE_LOST_IDS",
     "JOB_LEASE_NEXT_DUE",
     "JOB_LEASE_RECORD_FENCED",
@@ -446,8 +449,8 @@ JOB_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _CLAIM_CLO
 )
 
 # The lease mode's: its claim commits at once, so no due job stays held by another lane (but
-# for the instant of another claim); the jobs it may not claim are those with a concurrency
-# key (JOB_LEASE_CLAIM), which it leaves out, or it would spin on them.
+# for the instant of another claim); a job with a concurrency key may be due and still wait
+# for its key's slot (JOB_LEASE_CLAIM_KEYED), so it is left out, or the lane would spin on it.
 JOB_LEASE_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _CLAIM_CLOCK)).where(
     jobs.c.queue == bindparam("queue", type_=Text),
     _WAITING,
@@ -469,9 +472,8 @@ _owner = bindparam("worker", type_=Uuid)
 
 _lease_claimed = (
     select(jobs.c.id)
-    # A job with a concurrency key is not the lease mode's: its committed claim would end the
-    # slot lock JOB_KEY_SLOT_FREE takes while the job still runs. Strict and batch drainers
-    # run such jobs (README: Per-key concurrency limits).
+    # A job with a concurrency key is claimed apart (JOB_LEASE_CLAIM_KEYED): its committed
+    # claim would end the slot lock JOB_KEY_SLOT_FREE takes while the job still runs.
     .where(*_CLAIMABLE, jobs.c.concurrency_key.is_(None))
     .order_by(*_CLAIM_ORDER)
     .limit(bindparam("limit", type_=Integer))
@@ -489,10 +491,16 @@ _lease_claimed = (
 # whole table for it (6.9 of a 500-row claim's 20.9 ms; BENCHMARKS.md, the lease drain). The
 # rows come back in claim order (priority, then due time), sorted by the database: UPDATE …
 # RETURNING keeps none. started_at is when the database handed the job out.
-def _lease_claim(*, traced: bool) -> Any:
+def _lease_claim(*, traced: bool, keyed: bool = False) -> Any:
+    source = _lease_keyed if keyed else _lease_claimed
     taken = (
         update(jobs)
-        .where(jobs.c.id == any_(func.array(select(_lease_claimed.c.id).scalar_subquery())))
+        .where(
+            jobs.c.id == any_(func.array(select(source.c.id).scalar_subquery())),
+            # The keyed claim reads without row locks (a window function takes none): a job
+            # an operator changed since is re-checked here and left alone.
+            *([_WAITING] if keyed else []),
+        )
         .values(
             status=literal_column("'processing'"),
             owner=_owner,
@@ -533,6 +541,61 @@ def _lease_claim(*, traced: bool) -> Any:
 JOB_LEASE_CLAIM = _lease_claim(traced=False)
 # The same for a traced drainer (cronlock.tracing): with the context each job carries.
 JOB_LEASE_CLAIM_TRACED = _lease_claim(traced=True)
+
+# The lease mode's claim of jobs with a concurrency key: a key's slots are its running rows.
+# In one transaction, JOB_LEASE_KEYS_LOCK first takes the lock every lease-mode keyed claim
+# takes (one, for all keys: no deadlock), blocking, and only if some keyed job is due; then
+# JOB_LEASE_CLAIM_KEYED, a statement of its own so that its snapshot, taken after the lock,
+# sees every keyed claim committed before, admits the first due job of a key (one per claim:
+# a lane runs its batch's jobs one after another) while fewer than its concurrency_limit jobs
+# of the key are processing. At most the limit run at once across every lease-mode drainer;
+# a key's transactional runs (slot locks) are not counted here: run one key's jobs in one
+# family of modes.
+LEASE_KEYS_LOCK_KEY = 0  # in CONCURRENCY_NAMESPACE, where slot keys are md5 bits (0: ours)
+_keyed_due = and_(*_CLAIMABLE, jobs.c.concurrency_key.is_not(None))
+JOB_LEASE_KEYS_LOCK = select(
+    func.pg_advisory_xact_lock(
+        literal_column(str(CONCURRENCY_NAMESPACE)), literal_column(str(LEASE_KEYS_LOCK_KEY))
+    )
+).where(exists().where(_keyed_due))
+_keyed_rank = (
+    select(
+        jobs.c.id,
+        jobs.c.concurrency_key,
+        jobs.c.concurrency_limit,
+        jobs.c.priority,
+        jobs.c.run_at,
+        func.row_number()
+        .over(partition_by=jobs.c.concurrency_key, order_by=_CLAIM_ORDER)
+        .label("rank"),
+    )
+    .where(_keyed_due)
+    .cte("keyed")
+    .prefix_with("MATERIALIZED")
+)
+_running_of_key = jobs.alias("running")
+_lease_keyed = (
+    select(_keyed_rank.c.id)
+    .where(
+        # One job of a key per claim: a lane runs its batch one job after another, so two of
+        # a key in one batch would hold two slots for one run at a time.
+        _keyed_rank.c.rank == literal_column("1"),
+        literal_column("1")
+        + select(func.count())
+        .where(
+            _running_of_key.c.concurrency_key == _keyed_rank.c.concurrency_key,
+            _running_of_key.c.status == literal_column("'processing'"),
+        )
+        .scalar_subquery()
+        <= _keyed_rank.c.concurrency_limit
+    )
+    .order_by(_keyed_rank.c.priority.desc(), _keyed_rank.c.run_at)
+    .limit(bindparam("limit", type_=Integer))
+    .cte("admitted")
+    .prefix_with("MATERIALIZED")
+)
+JOB_LEASE_CLAIM_KEYED = _lease_claim(traced=False, keyed=True)
+JOB_LEASE_CLAIM_KEYED_TRACED = _lease_claim(traced=True, keyed=True)
 
 # After the database refused a lease claim: the jobs it would have claimed, in its order and
 # unlocked, each then tried alone (JOB_LEASE_TRY_CLAIM, in a transaction rolled back).
