@@ -587,7 +587,7 @@ _lease_keyed = (
             _running_of_key.c.status == literal_column("'processing'"),
         )
         .scalar_subquery()
-        <= _keyed_rank.c.concurrency_limit
+        <= _keyed_rank.c.concurrency_limit,
     )
     .order_by(_keyed_rank.c.priority.desc(), _keyed_rank.c.run_at)
     .limit(bindparam("limit", type_=Integer))
