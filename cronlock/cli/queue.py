@@ -21,7 +21,13 @@ from ..errors import InvalidJobOption
 from ..observe.stats import DrainStats
 from ..outage import Reconnect
 from ..outcome import DrainResult, RunStatus
-from ..queue.drainer import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode, Drainer
+from ..queue.drainer import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_POLL_INTERVAL,
+    CommitMode,
+    Drainer,
+    DrainOptions,
+)
 from ..queue.jobs import Enqueued
 from ..service import DEFAULT_GRACE_PERIOD, serve_drain, serve_worker
 from ..sql.tables import DEFAULT_QUEUE
@@ -308,15 +314,16 @@ def drain(
     drainer is active. Exit 0 all went well, 3 some attempts failed, 1 the drainer failed,
     2 exclusive and shared drainers met on the queue, 130/143 interrupted by SIGINT/SIGTERM (a
     second signal aborts the jobs in flight)."""
+    drain_options = DrainOptions(
+        queue=queue,
+        commit_mode=commit_mode,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        shared=shared,
+    )
     drain_queue(
         options,
-        lambda app: app.drainer(
-            queue=queue,
-            commit_mode=commit_mode,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            shared=shared,
-        ),
+        lambda app: app.drainer(drain_options),
         max_seconds=max_seconds,
         grace_period=grace_period,
         as_json=as_json,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import json
 import logging
 import random
@@ -47,24 +46,16 @@ from .attempt import Attempts, ConnectionLost, LostLease
 from .complete import Attempt, Completion, Failure, count, given_up, refused
 from .jobs import Job
 from .lease import Fence, LockLost
+from .options import DrainOptions
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_POLL_INTERVAL", "CommitMode", "Lane", "Lanes"]
+__all__ = ["Lane", "Lanes"]
 
 logger = logging.getLogger("cronlock.drainer")
 
-DEFAULT_BATCH_SIZE = 50  # below PostgreSQL's 64 cached subtransactions per backend
-# Seconds between checks for due jobs when no notification comes (LISTEN/NOTIFY wakes at once).
-DEFAULT_POLL_INTERVAL = 5.0
 # A job whose connection is lost this many times in a row while it runs (in one drainer) is
 # charged a failed attempt: its handler is taking its connection down (ran past the server's
 # idle_in_transaction_session_timeout, crashed its backend), and would run again forever.
 MAX_LOST_RUNS = 3
-
-
-class CommitMode(enum.StrEnum):
-    STRICT = "strict"  # one job per transaction
-    BATCH = "batch"  # one transaction (and one outcome UPDATE) per batch
-    LEASE = "lease"  # the claim commits; handlers run outside any transaction (leased.py)
 
 
 @dataclass
@@ -124,12 +115,8 @@ class Lanes:
         stats: DrainStats,
         stopping: asyncio.Event,
         stop: Callable[[], None],
+        options: DrainOptions,
         *,
-        queue: str,
-        batch_size: int,
-        concurrency: int,
-        poll_interval: float,
-        clock: Callable[[], datetime] | None,
         deadline: float | None,
         fence: Fence | None = None,
     ) -> None:
@@ -137,13 +124,13 @@ class Lanes:
         self.attempts = attempts
         self.completion = completion
         self.stats = stats
-        self.queue = queue
-        self.batch_size = batch_size
-        self.poll_interval = poll_interval
-        self.clock = clock
+        self.queue = options.queue
+        self.batch_size = options.batch
+        self.poll_interval = options.poll_interval
+        self.clock = options.clock
         self.deadline = deadline
         self.fence = fence  # checked right before each commit (lease.py)
-        self.lanes = [Lane(n) for n in range(concurrency)]
+        self.lanes = [Lane(n) for n in range(options.concurrency)]
         self._stopping = stopping
         self._stop = stop  # the drainer's stop(): every lane stops claiming
         self._aborted = False
