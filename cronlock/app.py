@@ -428,6 +428,7 @@ class App:
         dedup_key: str | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
         allow_unknown: bool = False,
     ) -> Enqueued:
         """Add a job in the caller's transaction (``executor``); the caller commits.
@@ -438,7 +439,8 @@ class App:
         Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
         nothing is added and the answer carries that job's id with ``created=False``.
         With a ``concurrency_key``, at most ``concurrency_limit`` jobs with that key (default:
-        the job type's, else 1) run at once, across every drainer and queue.
+        the job type's, else 1) run at once, across every drainer and queue. A run longer
+        than ``timeout`` seconds is a failed attempt (default: the job type's timeout).
         A job type this app neither handles nor declares is an ``UnknownJobType`` unless
         ``allow_unknown``: then it is enqueued with the default queue and retries, and a
         WARNING says that only a drainer whose app has its handler can run it.
@@ -455,6 +457,7 @@ class App:
             dedup_keys=None if dedup_key is None else [dedup_key],
             concurrency_keys=None if concurrency_key is None else [concurrency_key],
             concurrency_limit=concurrency_limit,
+            timeout=timeout,
             allow_unknown=allow_unknown,
         )
         return answer
@@ -474,13 +477,14 @@ class App:
         dedup_keys: Sequence[str | None] | None = None,
         concurrency_keys: Sequence[str | None] | None = None,
         concurrency_limit: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
         allow_unknown: bool = False,
     ) -> list[Enqueued]:
         """Add one job per payload with one statement, in the caller's transaction.
 
         Given a ``Database`` instead, the jobs are committed together before this returns.
         ``dedup_keys`` and ``concurrency_keys`` give one key (or None) per payload;
-        ``concurrency_limit`` and ``allow_unknown`` are ``enqueue``'s.
+        ``concurrency_limit``, ``timeout`` and ``allow_unknown`` are ``enqueue``'s.
         """
         known = self.knows(job_type)
         options: dict[str, Any] = {
@@ -494,6 +498,7 @@ class App:
             "dedup_keys": dedup_keys,
             "concurrency_keys": concurrency_keys,
             "concurrency_limit": concurrency_limit,
+            "timeout": timeout,
         }
         tracing = self.tracing
         if tracing is None:

@@ -86,6 +86,11 @@ def _parse_run_at(value: str | None) -> datetime | None:
     help="Jobs with the --concurrency-key that may run at once (default: the type's, else 1).",
 )
 @click.option(
+    "--timeout",
+    type=float,
+    help="Seconds a run may take before it is a failed attempt (default: the job type's).",
+)
+@click.option(
     "--allow-unknown",
     is_flag=True,
     help="Enqueue a job type the app neither handles nor declares (a drainer must know it).",
@@ -104,15 +109,17 @@ def enqueue(
     dedup_key: str | None,
     concurrency_key: str | None,
     concurrency_limit: int | None,
+    timeout: float | None,
     allow_unknown: bool,
     as_json: bool,
 ) -> None:
     """Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id."""
-    from ..queue.jobs import handler_for, parse_json
+    from ..queue.jobs import check_timeout, handler_for, parse_json
 
     app = options.load_app()
     # Everything is checked before any connection is made: bad input writes nothing.
     handler_for(app.job_types, job_type, allow_unknown=allow_unknown)
+    check_timeout(timeout)
     if not app.knows(job_type):
         click.echo(
             render.warning(
@@ -140,6 +147,7 @@ def enqueue(
                 dedup_key=dedup_key,
                 concurrency_key=concurrency_key,
                 concurrency_limit=concurrency_limit,
+                timeout=timeout,
                 allow_unknown=allow_unknown,
             )
             await session.commit()

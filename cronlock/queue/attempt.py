@@ -154,10 +154,11 @@ class Attempts:
         try:
             scope.begin()
             try:
-                if handler.timeout is None:
+                limit = handler.timeout if job.timeout is None else job.timeout
+                if limit is None:
                     value = await handler.func(session, job.payload)
                 else:
-                    async with asyncio.timeout(handler.timeout):
+                    async with asyncio.timeout(limit):
                         value = await handler.func(session, job.payload)
             except BaseException as exc:
                 # An operator's cancel is the scope's own cancellation: any other (the
@@ -181,7 +182,7 @@ class Attempts:
                 else:
                     await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
         except Exception as exc:
-            error = _describe(exc, handler)
+            error = _describe(exc, handler, job)
             try:
                 if session.in_transaction():
                     await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
@@ -289,9 +290,10 @@ class Attempts:
         return outcome
 
 
-def _describe(exc: BaseException, handler: Handler) -> str:
+def _describe(exc: BaseException, handler: Handler, job: Job | None = None) -> str:
     if isinstance(exc, CancelRequested):
         return "cancelled by an operator while running"
-    if isinstance(exc, TimeoutError) and handler.timeout is not None:
-        return f"TimeoutError: the handler ran longer than its timeout of {handler.timeout} s"
+    limit = handler.timeout if job is None or job.timeout is None else job.timeout
+    if isinstance(exc, TimeoutError) and limit is not None:
+        return f"TimeoutError: the handler ran longer than its timeout of {limit:g} s"
     return error_line(exc)

@@ -88,9 +88,9 @@ def read_jobs(rows: Sequence[Sequence[Any]]) -> tuple[list[Job], list[Failure]]:
     of its lane (``complete.given_up``). Only then: the claim's own loop is the fast path."""
     jobs: list[Job] = []
     unreadable: list[Failure] = []
-    for id, kind, payload, retries, most, created, at, *trace in rows:
+    for id, kind, payload, retries, most, created, at, *rest in rows:  # rest: timeout, trace
         try:
-            jobs.append(Job(id, kind, _decode(payload)[0], retries, most, created, at, *trace))
+            jobs.append(Job(id, kind, _decode(payload)[0], retries, most, created, at, *rest))
         except (RecursionError, ValueError) as exc:
             job = Job(id, kind, None, retries, most, created, at)
             error = f"its payload could not be read: {error_line(exc)}"
@@ -439,13 +439,13 @@ class Lanes:
             try:
                 if self._traced:
                     claimed = [
-                        Job(id, kind, _decode(payload)[0], retries, most, created, at, trace)
-                        for id, kind, payload, retries, most, created, at, trace in rows
+                        Job(id, kind, _decode(payload)[0], retries, most, created, at, limit, trace)
+                        for id, kind, payload, retries, most, created, at, limit, trace in rows
                     ]
                 else:
                     claimed = [
-                        Job(id, kind, _decode(payload)[0], retries, most, created, at)
-                        for id, kind, payload, retries, most, created, at in rows
+                        Job(id, kind, _decode(payload)[0], retries, most, created, at, limit)
+                        for id, kind, payload, retries, most, created, at, limit in rows
                     ]
             except (RecursionError, ValueError):
                 claimed, unreadable = read_jobs(rows)

@@ -186,14 +186,15 @@ class LeasedLanes(Lanes):
         begun: list[float] = []
         try:
             if self._traced:
-                for id, kind, payload, retries, most, created, attempt, at, trace in rows:
+                for id, kind, payload, retries, most, created, attempt, at, limit, trace in rows:
                     held[id] = attempt
-                    job = Job(id, kind, _decode(payload)[0], retries, most, created, at, trace)
-                    claimed.append(job)
+                    payload = _decode(payload)[0]
+                    claimed.append(Job(id, kind, payload, retries, most, created, at, limit, trace))
             else:
-                for id, kind, payload, retries, most, created, attempt, at in rows:  # in order
-                    held[id] = attempt
-                    claimed.append(Job(id, kind, _decode(payload)[0], retries, most, created, at))
+                for id, kind, payload, retries, most, created, attempt, at, limit in rows:
+                    held[id] = attempt  # rows come in claim order
+                    payload = _decode(payload)[0]
+                    claimed.append(Job(id, kind, payload, retries, most, created, at, limit))
         except (RecursionError, ValueError):
             for row in rows:
                 held[row[0]] = row[6]

@@ -134,6 +134,7 @@ _INSERT_COLUMNS = [
     "dedup_key",
     "concurrency_key",
     "concurrency_limit",
+    "timeout",
 ]
 
 
@@ -152,6 +153,7 @@ def _insert_many(*, traced: bool) -> Any:
         cast(_new_jobs.c.dedup_key, Text),
         cast(_new_jobs.c.concurrency_key, Text),
         cast(_new_jobs.c.concurrency_limit, Integer),
+        bindparam("timeout", type_=Double),
     ]
     columns = list(_INSERT_COLUMNS)
     if traced:  # one enqueue, one span: its context is the same for all its jobs
@@ -186,6 +188,7 @@ _ONE = {
     "max_retries": bindparam("max_retries", type_=Integer),
     "concurrency_key": bindparam("concurrency_key", type_=Text),
     "concurrency_limit": bindparam("concurrency_limit", type_=Integer),
+    "timeout": bindparam("timeout", type_=Double),
 }
 JOB_INSERT_ONE = pg_insert(jobs).values(**_ONE)
 JOB_INSERT_ONE_TRACED = pg_insert(jobs).values(
@@ -319,6 +322,7 @@ _CLAIMED = (
     jobs.c.max_retries,
     jobs.c.created_at,
     _CLAIM_CLOCK.label("claimed_at"),
+    jobs.c.timeout,
 )
 JOB_CLAIM = (
     select(*_CLAIMED)
@@ -517,6 +521,7 @@ def _lease_claim(*, traced: bool, keyed: bool = False) -> Any:
             jobs.c.created_at,
             jobs.c.attempt,
             jobs.c.started_at,  # the claim's time on the database's clock: Job.claimed_at
+            jobs.c.timeout,
             jobs.c.priority,
             jobs.c.run_at,
             *([jobs.c.trace_context] if traced else []),
@@ -532,6 +537,7 @@ def _lease_claim(*, traced: bool, keyed: bool = False) -> Any:
         taken.c.created_at,
         taken.c.attempt,
         taken.c.started_at,
+        taken.c.timeout,
     ]
     if traced:
         columns.append(taken.c.trace_context)

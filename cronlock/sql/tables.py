@@ -171,6 +171,8 @@ jobs = Table(
     # -- tracing (migration 0009) --
     # The enqueuing span's W3C trace context, written only by a traced app (cronlock.tracing).
     Column("trace_context", Text),
+    # -- a job's own timeout in seconds (migration 0014; NULL: its type's) --
+    Column("timeout", Double),
     CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
     CheckConstraint("retry_count >= 0", name="retry_count"),
     CheckConstraint("max_retries >= 0", name="max_retries"),
@@ -181,6 +183,7 @@ jobs = Table(
         "(length(concurrency_key) BETWEEN 1 AND 200 AND concurrency_limit BETWEEN 1 AND 100)",
         name="concurrency",
     ),
+    CheckConstraint("timeout IS NULL OR timeout > 0", name="timeout"),
 )
 
 # Serves the claim: the due rows of one queue in claim order (priority, then due time). A row

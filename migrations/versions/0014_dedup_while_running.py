@@ -1,5 +1,5 @@
 """A dedup key is held while its job runs in the lease mode too: ``uq_jobs_dedup_key`` covers
-``processing``.
+``processing``; and a job may carry a timeout of its own (``jobs.timeout``, seconds).
 
 The transactional commit modes never commit ``processing``: a running job stays ``pending`` or
 ``retrying`` in the index. The lease mode commits it, and the index (``pending``/``retrying``
@@ -8,6 +8,10 @@ index and wedged every lease worker (issue 22). The index now holds the key thro
 the README always said. A database that already holds such a pair keeps the key on the waiting
 job (its enqueuer was told it was created) and releases it from the running one, whose retry
 then deduplicates nothing; the upgrade builds the index (during which enqueues wait).
+
+``jobs.timeout`` is the enqueue's ``timeout``: a run longer than that many seconds is a failed
+attempt, whatever the job type's own timeout (NULL: the type's). A nullable column without a
+default: added without rewriting the table.
 
 Revision ID: 0014
 Revises: 0013
@@ -66,7 +70,14 @@ def upgrade() -> None:
     others = sa.select(held.c.id).where(held.c.n > 1)
     op.execute(jobs.update().where(jobs.c.id.in_(others)).values(dedup_key=None))
     _index(schema, _NOW)
+    op.add_column("jobs", sa.Column("timeout", sa.Double(), nullable=True), schema=schema)
+    op.create_check_constraint(
+        op.f("ck_jobs_timeout"), "jobs", "timeout IS NULL OR timeout > 0", schema=schema
+    )
 
 
 def downgrade() -> None:
-    _index(_schema(), _BEFORE)
+    schema = _schema()
+    op.drop_constraint(op.f("ck_jobs_timeout"), "jobs", type_="check", schema=schema)
+    op.drop_column("jobs", "timeout", schema=schema)
+    _index(schema, _BEFORE)
