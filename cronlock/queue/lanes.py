@@ -30,10 +30,10 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -51,6 +51,7 @@ from .options import DrainOptions
 __all__ = ["Lane", "Lanes"]
 
 logger = logging.getLogger("cronlock.drainer")
+T = TypeVar("T")
 
 # A job whose connection is lost this many times in a row while it runs (in one drainer) is
 # charged a failed attempt: its handler is taking its connection down (ran past the server's
@@ -102,6 +103,26 @@ def read_jobs(rows: Sequence[Sequence[Any]]) -> tuple[list[Job], list[Failure]]:
                 extra={"action": "job_unreadable", "job_id": str(id)},
             )
     return jobs, unreadable
+
+
+async def refused_alone(
+    driver: pg.DriverConnection, items: Sequence[T], write: Callable[[T], Awaitable[object]]
+) -> list[tuple[T, BaseException]]:
+    """Each item's ``write`` tried alone in a transaction rolled back: the items the database
+    refuses, each with its refusal (how a refused batch finds the job that caused it)."""
+    refusals: list[tuple[T, BaseException]] = []
+    for item in items:
+        trial = driver.transaction()
+        await trial.start()
+        try:
+            await write(item)
+        except pg.ServerError as alone:
+            if pg.connection_lost(alone):
+                raise
+            refusals.append((item, alone))
+        finally:
+            await trial.rollback()
+    return refusals
 
 
 class Lanes:
@@ -508,21 +529,13 @@ class Lanes:
         rolled back) fails its job (``complete.refused``); the others run again, as after a
         lost connection. One that cannot even be failed is left to an operator, logged."""
         lane.last_job = None
-        refusals: list[tuple[Attempt, BaseException]] = []
-        for outcome in outcomes:
-            if len(outcomes) == 1:
-                refusals.append((outcome, refusal))
-                continue
-            trial = driver.transaction()
-            await trial.start()
-            try:
-                await self.completion.write(driver, [outcome], self._db_now())
-            except pg.ServerError as alone:
-                if pg.connection_lost(alone):
-                    raise
-                refusals.append((outcome, alone))
-            finally:
-                await trial.rollback()
+        refusals: list[tuple[Attempt, BaseException]] = [(outcomes[0], refusal)]
+        if len(outcomes) > 1:
+            refusals = await refused_alone(
+                driver,
+                outcomes,
+                lambda outcome: self.completion.write(driver, [outcome], self._db_now()),
+            )
         self.stats.rolled_back += len(outcomes) - len(refusals)
         for outcome, why in refusals:
             failure = refused(outcome, why)

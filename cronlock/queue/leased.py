@@ -64,9 +64,9 @@ from .complete import (
     refused,
 )
 from .jobs import Handler, Job
-from .lanes import Lane, Lanes, _decode, read_jobs
+from .lanes import Lane, Lanes, _decode, read_jobs, refused_alone
 from .lease import Keepalive
-from .liveness import DEFAULT_SWEEP_INTERVAL, Liveness, Sweeper
+from .liveness import DEFAULT_SWEEP_INTERVAL, Liveness, Sweeper, give_up
 
 __all__ = ["LeaseMode", "LeasedLanes"]
 
@@ -398,40 +398,16 @@ class LeasedLanes(Lanes):
             candidates.sql,
             *candidates.args(queue=self.queue, limit=self.batch_size, now=self._db_now()),
         )
-        refusals: list[tuple[uuid.UUID, BaseException]] = []
-        for (job_id,) in ids:
-            transaction = driver.transaction()
-            await transaction.start()
-            try:
-                await driver.execute(trial.sql, *trial.args(job_id=job_id, worker=self.owner))
-            except pg.ServerError as alone:
-                if pg.connection_lost(alone):
-                    raise
-                refusals.append((job_id, alone))
-            finally:
-                await transaction.rollback()
+        refusals = await refused_alone(
+            driver,
+            [job_id for (job_id,) in ids],
+            lambda job_id: driver.execute(trial.sql, *trial.args(job_id=job_id, worker=self.owner)),
+        )
         if not refusals:
             raise exc  # not one job's doing: the lane's failure, as before
         for job_id, why in refusals:
             error = f"it could not be claimed: {error_line(why)}"
-            logger.error(
-                "job %s: %s; failed",
-                job_id,
-                error,
-                extra={"action": "job_claim_refused", "queue": self.queue},
-            )
-            try:
-                async with self._engine().begin() as conn:
-                    await conn.execute(sql.JOB_LEASE_GIVE_UP, {"job_id": job_id, "error": error})
-            except DBAPIError as again:
-                if pg.connection_lost(again):
-                    raise
-                logger.error(
-                    "job %s: not even its failure could be written (%s): left for an operator",
-                    job_id,
-                    error_line(again),
-                    extra={"action": "job_claim_refused", "queue": self.queue},
-                )
+            await give_up(self._engine(), job_id, error, queue=self.queue)
 
     async def _write_refused(
         self,

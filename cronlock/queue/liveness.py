@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_SWEEP_INTERVAL",
     "Liveness",
     "Sweeper",
+    "give_up",
     "owner_key",
 ]
 
@@ -206,24 +207,7 @@ class Sweeper:
                 if pg.connection_lost(exc):
                     raise
                 error = f"its worker was lost and it could not be returned: {error_line(exc)}"
-            logger.error(
-                "job %s: %s; failed",
-                job_id,
-                error,
-                extra={"action": "job_return_refused", "queue": self.queue, "job_id": str(job_id)},
-            )
-            try:
-                async with self.engine().begin() as conn:
-                    await conn.execute(sql.JOB_LEASE_GIVE_UP, {"job_id": job_id, "error": error})
-            except DBAPIError as exc:
-                if pg.connection_lost(exc):
-                    raise
-                logger.error(
-                    "job %s: not even its failure could be written (%s): left for an operator",
-                    job_id,
-                    error_line(exc),
-                    extra={"action": "job_return_refused", "queue": self.queue},
-                )
+            await give_up(self.engine(), job_id, error, queue=self.queue)
         return rows
 
     async def run(self) -> None:
@@ -241,3 +225,23 @@ class Sweeper:
                     )
                     raise
             await asyncio.sleep(self.interval)
+
+
+async def give_up(engine: AsyncEngine, job_id: uuid.UUID, error: str, *, queue: str) -> None:
+    """Fail a job the database refuses to hand out or to return (JOB_LEASE_GIVE_UP), with
+    ``error`` in its history, logged; one whose failure is refused too stays for an operator,
+    logged: nothing raises but the loss of the database."""
+    extra = {"action": "job_refused", "queue": queue, "job_id": str(job_id)}
+    logger.error("job %s: %s; failed", job_id, error, extra=extra)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sql.JOB_LEASE_GIVE_UP, {"job_id": job_id, "error": error})
+    except DBAPIError as exc:
+        if pg.connection_lost(exc):
+            raise
+        logger.error(
+            "job %s: not even its failure could be written (%s): left for an operator",
+            job_id,
+            error_line(exc),
+            extra=extra,
+        )
