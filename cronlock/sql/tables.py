@@ -117,6 +117,7 @@ JOB_PROCESSING_PREDICATE = in_list("status", (JobStatus.PROCESSING,))
 # the transactional modes' running jobs are still waiting in their row).
 JOB_DEDUP_STATUSES = (*JOB_WAITING_STATUSES, JobStatus.PROCESSING)
 JOB_DEDUP_PREDICATE = "dedup_key IS NOT NULL AND " + in_list("status", JOB_DEDUP_STATUSES)
+JOB_KEYED_WAITING_PREDICATE = "concurrency_key IS NOT NULL AND " + JOB_WAITING_PREDICATE
 # A finished job (completed, failed, cancelled) is one with a completion time.
 JOB_FINISHED_PREDICATE = "completed_at IS NOT NULL"
 # Every job but a completed one: what the dashboard's ix_jobs_open holds.
@@ -194,6 +195,17 @@ Index(
     jobs.c.priority.desc(),
     jobs.c.run_at,
     postgresql_where=_where(JOB_WAITING_PREDICATE),
+)
+
+# The waiting jobs with a concurrency key, in claim order (migration 0014): what the lease
+# mode's keyed claim reads (sql.JOB_LEASE_KEYS_LOCK, JOB_LEASE_CLAIM_KEYED) without walking the
+# unkeyed backlog; a job without a key is never in it.
+Index(
+    "ix_jobs_keyed_claim",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    postgresql_where=_where(JOB_KEYED_WAITING_PREDICATE),
 )
 
 # At most one job per dedup key waiting or running (JOB_DEDUP_STATUSES); an index, so it holds

@@ -9,6 +9,9 @@ the README always said. A database that already holds such a pair keeps the key 
 job (its enqueuer was told it was created) and releases it from the running one, whose retry
 then deduplicates nothing; the upgrade builds the index (during which enqueues wait).
 
+``ix_jobs_keyed_claim`` holds the waiting jobs with a concurrency key in claim order: the lease
+mode now claims them too, and its keyed claim reads this index, never the unkeyed backlog.
+
 ``jobs.timeout`` is the enqueue's ``timeout``: a run longer than that many seconds is a failed
 attempt, whatever the job type's own timeout (NULL: the type's). A nullable column without a
 default: added without rewriting the table.
@@ -31,6 +34,7 @@ depends_on = None
 # Spelled here, not read from cronlock.sql.tables: a revision is frozen once released.
 _BEFORE = "dedup_key IS NOT NULL AND status IN ('pending', 'retrying')"
 _NOW = "dedup_key IS NOT NULL AND status IN ('pending', 'retrying', 'processing')"
+_KEYED = "concurrency_key IS NOT NULL AND status IN ('pending', 'retrying')"
 
 
 def _schema() -> str:
@@ -70,6 +74,13 @@ def upgrade() -> None:
     others = sa.select(held.c.id).where(held.c.n > 1)
     op.execute(jobs.update().where(jobs.c.id.in_(others)).values(dedup_key=None))
     _index(schema, _NOW)
+    op.create_index(
+        "ix_jobs_keyed_claim",
+        "jobs",
+        ["queue", sa.text("priority DESC"), "run_at"],
+        schema=schema,
+        postgresql_where=sa.text(_KEYED),
+    )
     op.add_column("jobs", sa.Column("timeout", sa.Double(), nullable=True), schema=schema)
     op.create_check_constraint(
         op.f("ck_jobs_timeout"), "jobs", "timeout IS NULL OR timeout > 0", schema=schema
@@ -80,4 +91,5 @@ def downgrade() -> None:
     schema = _schema()
     op.drop_constraint(op.f("ck_jobs_timeout"), "jobs", type_="check", schema=schema)
     op.drop_column("jobs", "timeout", schema=schema)
+    op.drop_index("ix_jobs_keyed_claim", table_name="jobs", schema=schema)
     _index(schema, _BEFORE)
