@@ -40,7 +40,7 @@ from .outcome import (
 from .periodic import Misfire, PeriodicTask, Run, SlotPolicy, TaskBody
 from .periodic.control import FailingItem, Tasks, TaskState
 from .queue.control import QueueInfo, QueueState
-from .queue.drainer import CommitMode, Drainer, Keepalive
+from .queue.drainer import CommitMode, Drainer, DrainOptions, Keepalive
 from .queue.handling import JobCancel, JobContext, JobSnooze, current_job
 from .queue.jobs import Backoff, Enqueued, JobHandler, JobType
 from .queue.operate import ChangeOutcome, JobChange, JobInfo, JobPage, JobsChanged
@@ -62,6 +62,7 @@ __all__ = [
     "CronlockError",
     "Database",
     "DatabaseUnavailable",
+    "DrainOptions",
     "DrainResult",
     "Drainer",
     "DrainerConflict",

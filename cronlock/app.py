@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
 import re
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -40,14 +39,7 @@ from .periodic.task import DEFAULT_PARK_AFTER
 from .pg import ServerError
 from .queue import cancel, control, operate
 from .queue.cancel import DEFAULT_CANCEL_WAIT
-from .queue.drainer import (
-    DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_KEEPALIVE,
-    DEFAULT_POLL_INTERVAL,
-    CommitMode,
-    Drainer,
-    Keepalive,
-)
+from .queue.drainer import Drainer, DrainOptions
 from .queue.enqueue import enqueue_many
 from .queue.jobs import (
     MAX_RETRIES_LIMIT,
@@ -61,7 +53,6 @@ from .queue.jobs import (
     check_max_retries,
     check_queue,
 )
-from .queue.liveness import DEFAULT_SWEEP_INTERVAL
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
@@ -448,6 +439,7 @@ class App:
         dedup_key: str | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
         allow_unknown: bool = False,
     ) -> Enqueued:
         """Add a job in the caller's transaction (``executor``); the caller commits.
@@ -458,7 +450,8 @@ class App:
         Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
         nothing is added and the answer carries that job's id with ``created=False``.
         With a ``concurrency_key``, at most ``concurrency_limit`` jobs with that key (default:
-        the job type's, else 1) run at once, across every drainer and queue.
+        the job type's, else 1) run at once, across every drainer and queue. A run longer
+        than ``timeout`` seconds is a failed attempt (default: the job type's timeout).
         A job type this app neither handles nor declares is an ``UnknownJobType`` unless
         ``allow_unknown``: then it is enqueued with the default queue and retries, and a
         WARNING says that only a drainer whose app has its handler can run it.
@@ -475,6 +468,7 @@ class App:
             dedup_keys=None if dedup_key is None else [dedup_key],
             concurrency_keys=None if concurrency_key is None else [concurrency_key],
             concurrency_limit=concurrency_limit,
+            timeout=timeout,
             allow_unknown=allow_unknown,
         )
         return answer
@@ -494,13 +488,14 @@ class App:
         dedup_keys: Sequence[str | None] | None = None,
         concurrency_keys: Sequence[str | None] | None = None,
         concurrency_limit: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
         allow_unknown: bool = False,
     ) -> list[Enqueued]:
         """Add one job per payload with one statement, in the caller's transaction.
 
         Given a ``Database`` instead, the jobs are committed together before this returns.
         ``dedup_keys`` and ``concurrency_keys`` give one key (or None) per payload;
-        ``concurrency_limit`` and ``allow_unknown`` are ``enqueue``'s.
+        ``concurrency_limit``, ``timeout`` and ``allow_unknown`` are ``enqueue``'s.
         """
         known = self.knows(job_type)
         options: dict[str, Any] = {
@@ -514,6 +509,7 @@ class App:
             "dedup_keys": dedup_keys,
             "concurrency_keys": concurrency_keys,
             "concurrency_limit": concurrency_limit,
+            "timeout": timeout,
         }
         tracing = self.tracing
         if tracing is None:
@@ -542,85 +538,39 @@ class App:
     def _schema_of_jobs(self) -> str:
         return self._database.schema if self._database is not None else self.schema
 
-    def drainer(
-        self,
-        *,
-        queue: str = DEFAULT_QUEUE,
-        commit_mode: CommitMode | str = CommitMode.STRICT,
-        batch_size: int | None = None,
-        concurrency: int = 1,
-        shared: bool = False,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
-        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
-        sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
-        clock: Callable[[], datetime] | None = None,
-        rng: random.Random | None = None,
-    ) -> Drainer:
-        """A drainer of ``queue`` on this app's database, with this app's handlers.
+    def drainer(self, options: DrainOptions | None = None, /, **changes: Any) -> Drainer:
+        """A drainer on this app's database, with this app's handlers: ``options`` (a
+        ``DrainOptions``, default all defaults) with ``changes``, any of its fields.
 
-        ``batch_size`` applies to the ``batch`` commit mode (default ``DEFAULT_BATCH_SIZE``,
-        50); ``concurrency`` lanes run jobs at once; ``shared=True`` makes it one of any number
-        of active drainers of the queue instead of its single active one (exclusive and shared
-        drainers refuse to meet: ``DrainerConflict``); an idle drainer looks for due jobs every
-        ``poll_interval`` seconds when no notification wakes it. ``commit_mode`` is
-        ``strict`` (a job per transaction), ``batch`` (``batch_size`` jobs per transaction)
-        or ``lease`` (the claim commits and handlers run outside any transaction, for long
-        jobs; ``batch_size`` claims at once, 1 by default; a lost worker's running jobs are
-        looked for every ``sweep_interval`` seconds: ``cronlock.queue.leased``). ``clock``
-        and ``rng`` are for tests (the retry backoff's time and jitter). See
+        ``queue`` is the queue it drains; ``commit_mode`` is ``strict`` (a job per
+        transaction), ``batch`` (``batch_size`` jobs per transaction, default
+        ``DEFAULT_BATCH_SIZE``, 50) or ``lease`` (the claim commits and handlers run outside
+        any transaction, for long jobs; ``batch_size`` claims at once, 1 by default; a lost
+        worker's running jobs are looked for every ``sweep_interval`` seconds:
+        ``cronlock.queue.leased``); ``concurrency`` lanes run jobs at once; ``shared=True``
+        makes it one of any number of active drainers of the queue instead of its single
+        active one (exclusive and shared drainers refuse to meet: ``DrainerConflict``); an
+        idle drainer looks for due jobs every ``poll_interval`` seconds when no notification
+        wakes it; ``heartbeat_interval`` and ``keepalive`` are its liveness. ``clock`` and
+        ``rng`` are for tests (the retry backoff's time and jitter). See
         ``cronlock.queue.drainer``.
         """
-        return Drainer(
-            self.database,
-            self.handlers,
-            queue=queue,
-            commit_mode=commit_mode,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            shared=shared,
-            poll_interval=poll_interval,
-            heartbeat_interval=heartbeat_interval,
-            keepalive=keepalive,
-            sweep_interval=sweep_interval,
-            clock=clock,
-            rng=rng,
-            tracing=self.tracing,
-        )
+        return Drainer(self.database, self.handlers, options, tracing=self.tracing, **changes)
 
     async def drain(
         self,
+        options: DrainOptions | None = None,
+        /,
         *,
         max_seconds: float | None = None,
-        queue: str = DEFAULT_QUEUE,
-        commit_mode: CommitMode | str = CommitMode.STRICT,
-        batch_size: int | None = None,
-        concurrency: int = 1,
-        shared: bool = False,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
-        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
-        clock: Callable[[], datetime] | None = None,
-        rng: random.Random | None = None,
+        **changes: Any,
     ) -> DrainResult:
         """The built-in task ``drain``: process due jobs until none is due (or ``max_seconds``
         passed); skipped when another exclusive drainer is active. The options are
         ``drainer()``'s. A database not migrated to head is a ``DatabaseUnavailable``, as on
         the command line."""
         await schema.ensure_ready(self.database)
-        drainer = self.drainer(
-            queue=queue,
-            commit_mode=commit_mode,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            shared=shared,
-            poll_interval=poll_interval,
-            heartbeat_interval=heartbeat_interval,
-            keepalive=keepalive,
-            clock=clock,
-            rng=rng,
-        )
-        return await drainer.drain(max_seconds=max_seconds)
+        return await self.drainer(options, **changes).drain(max_seconds=max_seconds)
 
     # -- database ------------------------------------------------------------------------
 

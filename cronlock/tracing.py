@@ -19,8 +19,8 @@ Once instrumented, an app makes a span
 The spans come from ``tracer_provider`` (default: the global one, ``opentelemetry.trace``),
 and the trace context is written and read with the global propagator (W3C trace context
 unless you configured another). An app that is not instrumented never imports this module,
-and its statements are the untraced ones: tracing costs nothing until it is on. The attempts
-of the ``lease`` commit mode are not traced yet.
+and its statements are the untraced ones: tracing costs nothing until it is on. Every commit
+mode's attempts are traced: they run in the one attempt runner (``queue/attempt.py``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,13 @@ from ..errors import InvalidJobOption
 from ..observe.stats import DrainStats
 from ..outage import Reconnect
 from ..outcome import DrainResult, RunStatus
-from ..queue.drainer import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode, Drainer
+from ..queue.drainer import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_POLL_INTERVAL,
+    CommitMode,
+    Drainer,
+    DrainOptions,
+)
 from ..queue.jobs import Enqueued
 from ..queue.workers import HEARTBEAT_FILE_ENV
 from ..service import DEFAULT_GRACE_PERIOD, serve_drain, serve_worker
@@ -82,6 +88,11 @@ def _parse_run_at(value: str | None) -> datetime | None:
     help="Jobs with the --concurrency-key that may run at once (default: the type's, else 1).",
 )
 @click.option(
+    "--timeout",
+    type=float,
+    help="Seconds a run may take before it is a failed attempt (default: the job type's).",
+)
+@click.option(
     "--allow-unknown",
     is_flag=True,
     help="Enqueue a job type the app neither handles nor declares (a drainer must know it).",
@@ -100,15 +111,17 @@ def enqueue(
     dedup_key: str | None,
     concurrency_key: str | None,
     concurrency_limit: int | None,
+    timeout: float | None,
     allow_unknown: bool,
     as_json: bool,
 ) -> None:
     """Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id."""
-    from ..queue.jobs import handler_for, parse_json
+    from ..queue.jobs import check_timeout, handler_for, parse_json
 
     app = options.load_app()
     # Everything is checked before any connection is made: bad input writes nothing.
     handler_for(app.job_types, job_type, allow_unknown=allow_unknown)
+    check_timeout(timeout)
     if not app.knows(job_type):
         click.echo(
             render.warning(
@@ -136,6 +149,7 @@ def enqueue(
                 dedup_key=dedup_key,
                 concurrency_key=concurrency_key,
                 concurrency_limit=concurrency_limit,
+                timeout=timeout,
                 allow_unknown=allow_unknown,
             )
             await session.commit()
@@ -310,15 +324,16 @@ def drain(
     drainer is active. Exit 0 all went well, 3 some attempts failed, 1 the drainer failed,
     2 exclusive and shared drainers met on the queue, 130/143 interrupted by SIGINT/SIGTERM (a
     second signal aborts the jobs in flight)."""
+    drain_options = DrainOptions(
+        queue=queue,
+        commit_mode=commit_mode,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        shared=shared,
+    )
     drain_queue(
         options,
-        lambda app: app.drainer(
-            queue=queue,
-            commit_mode=commit_mode,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            shared=shared,
-        ),
+        lambda app: app.drainer(drain_options),
         max_seconds=max_seconds,
         grace_period=grace_period,
         as_json=as_json,

@@ -85,6 +85,9 @@ class EnqueueRequest(BaseModel):
         default=None, min_length=1, max_length=MAX_NAME_LENGTH
     )
     concurrency_limit: StrictInt | None = Field(default=None, ge=1, le=MAX_CONCURRENCY_LIMIT)
+    timeout: StrictInt | StrictFloat | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Seconds a run may take."
+    )
     allow_unknown: StrictBool = Field(
         default=False, description="Enqueue a job type the server's app does not know."
     )
@@ -283,6 +286,7 @@ def create_router(
                 dedup_key=body.dedup_key,
                 concurrency_key=body.concurrency_key,
                 concurrency_limit=body.concurrency_limit,
+                timeout=body.timeout,
                 allow_unknown=body.allow_unknown,
             )
         except DatabaseUnavailable:

@@ -61,6 +61,20 @@ class JobSession(Session):
         super().commit()
 
 
+class LeaseSession(Session):
+    """The lease mode's session, the completion's: ``commit()`` from the handler flushes, and
+    the completion commits (with the job's completion, or not at all: ``leased.py``)."""
+
+    released = False  # never: the completion commits it
+    completing = False
+
+    def commit(self) -> None:
+        if self.completing:
+            super().commit()
+        else:
+            self.flush()
+
+
 class LostLease(Exception):
     """The lane's transaction is gone (its connection was cut or a savepoint could not be
     rolled back): nothing of it committed. Its one argument is the attempt's ``Failure``."""
@@ -73,13 +87,19 @@ class ConnectionLost(Exception):
 
 
 class SessionSlot(Protocol):
-    """Where a lane keeps the session an untouched handler left, for its next job."""
+    """Where a lane keeps the session an untouched handler left, for its next job, and (the
+    lease mode's) the session a handler used, for the completion to commit with its outcome."""
 
     session: AsyncSession | None
+    used: AsyncSession | None
 
 
 class Attempts:
-    """Runs attempts of one drainer's jobs: its handlers, its clock and its retry jitter."""
+    """Runs attempts of one drainer's jobs: its handlers, its clock and its retry jitter, in
+    every commit mode. The mode's only say here is what becomes of a session the handler used:
+    in a transactional mode its savepoint is released into the lane's transaction; in the
+    ``lease`` mode (``lease=True``) it is left in the slot's ``used`` for the completion to
+    commit with the job's outcome (``leased.py``)."""
 
     def __init__(
         self,
@@ -89,11 +109,14 @@ class Attempts:
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
         tracing: Tracer | None = None,
+        lease: bool = False,
     ) -> None:
         self.handlers = handlers
         self.queue = queue
         self.clock = clock
         self.rng = rng
+        self.lease = lease
+        self._session_class: type[Session] = LeaseSession if lease else JobSession
         # The attempts running now, for an operator's cancel (cancel.py).
         self.cancels = Cancels(queue)
         self.tracing = tracing  # cronlock.tracing's spans; the lanes then call run_traced
@@ -123,7 +146,7 @@ class Attempts:
         # back) and it is dropped with the attempt; closing costs more than a no-op job. A
         # session the previous handler left untouched is as good as new: it is reused.
         session = slot.session or AsyncSession(
-            bind=conn, expire_on_commit=False, sync_session_class=JobSession
+            bind=conn, expire_on_commit=False, sync_session_class=self._session_class
         )
         slot.session = None
         context = running.set((job, self.queue, scope))
@@ -131,10 +154,11 @@ class Attempts:
         try:
             scope.begin()
             try:
-                if handler.timeout is None:
+                limit = handler.timeout if job.timeout is None else job.timeout
+                if limit is None:
                     value = await handler.func(session, job.payload)
                 else:
-                    async with asyncio.timeout(handler.timeout):
+                    async with asyncio.timeout(limit):
                         value = await handler.func(session, job.payload)
             except BaseException as exc:
                 # An operator's cancel is the scope's own cancellation: any other (the
@@ -153,9 +177,12 @@ class Attempts:
             if not sync.released and session_untouched(sync):
                 slot.session = session
             elif sync.in_transaction() or session_has_pending(sync):
-                await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
+                if self.lease:
+                    slot.used = session  # the completion commits it, with the outcome
+                else:
+                    await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
         except Exception as exc:
-            error = _describe(exc, handler)
+            error = _describe(exc, handler, job)
             try:
                 if session.in_transaction():
                     await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
@@ -263,9 +290,10 @@ class Attempts:
         return outcome
 
 
-def _describe(exc: BaseException, handler: Handler) -> str:
+def _describe(exc: BaseException, handler: Handler, job: Job | None = None) -> str:
     if isinstance(exc, CancelRequested):
         return "cancelled by an operator while running"
-    if isinstance(exc, TimeoutError) and handler.timeout is not None:
-        return f"TimeoutError: the handler ran longer than its timeout of {handler.timeout} s"
+    limit = handler.timeout if job is None or job.timeout is None else job.timeout
+    if isinstance(exc, TimeoutError) and limit is not None:
+        return f"TimeoutError: the handler ran longer than its timeout of {limit:g} s"
     return error_line(exc)

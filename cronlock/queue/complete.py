@@ -30,7 +30,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -41,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .. import sql
 from ..logs import JOBS_LOGGER
 from ..observe.stats import DrainStats
-from ..outcome import MAX_MESSAGE_LENGTH, JobStatus
+from ..outcome import MAX_MESSAGE_LENGTH, JobStatus, error_line
 from ..pg import AsyncpgStatement, DriverConnection
 from .jobs import Backoff, Job
 
@@ -55,9 +56,12 @@ __all__ = [
     "cancelled",
     "count",
     "datetime_of",
+    "finish_columns",
+    "given_up",
     "micros_now",
     "micros_of",
     "outcome_of_failure",
+    "refused",
     "snoozed",
 ]
 
@@ -185,6 +189,28 @@ def outcome_of_failure(
     return Failure(job, JobStatus.FAILED, job.retry_count, started, now, error, entry)
 
 
+REFUSED = "its outcome could not be written"
+
+
+def refused(outcome: Attempt, exc: BaseException) -> Failure:
+    """The rule for an outcome the database refused to write (a constraint such as another
+    job's dedup key, a trigger's error, a row it cannot take): its job fails for good with the
+    refusal in its history, not retried (the same write would be refused again), and nothing
+    raises out of the lane or the sweep. ``exc`` is the refusal."""
+    started = None if isinstance(outcome, Success) else outcome.worker_started_at
+    kind = "snoozed" if isinstance(outcome, Snoozed) else _finish_row(outcome)[1]
+    return given_up(outcome.job, f"{REFUSED} ({kind}): {error_line(exc)}", started)
+
+
+def given_up(job: Job, error: str, started: datetime | None = None) -> Failure:
+    """``job`` failed for good with ``error``, whatever its retries left: what no attempt can
+    change (its outcome refused, its payload unreadable)."""
+    now = datetime.now(UTC)
+    error = error[:MAX_MESSAGE_LENGTH]
+    entry = json.dumps({"attempt": job.retry_count + 1, "error": error})
+    return Failure(job, JobStatus.FAILED, job.retry_count, started or now, now, error, entry)
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -228,7 +254,7 @@ class Completion:
                 return
         successes = [o for o in outcomes if isinstance(o, Success)]
         if len(successes) < len(outcomes):
-            columns = _finish_columns(outcomes)
+            columns = finish_columns(outcomes)
             await driver.execute(self._finish.sql, *self._finish.args(now=now, **columns))
         else:
             columns = {
@@ -245,7 +271,7 @@ class Completion:
         logged, when that fails too. Its started_at is still its claim's (``Job.claimed_at``)."""
         try:
             async with engine.begin() as conn:
-                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **_finish_columns([failure])})
+                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **finish_columns([failure])})
         except (OSError, DBAPIError, InterfaceError) as exc:
             logger.error(
                 "could not record the failure of job %s: %s",
@@ -319,10 +345,18 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
     )
 
 
-def _finish_columns(outcomes: list[Attempt]) -> dict[str, list[Any]]:
-    """Outcomes as the column arrays JOB_FINISH_MANY unnests."""
-    columns = zip(*(_finish_row(outcome) for outcome in outcomes), strict=True)
-    return {name: list(values) for name, values in zip(_FINISH_COLUMNS, columns, strict=True)}
+def finish_columns(
+    outcomes: list[Attempt], attempts: Mapping[uuid.UUID, int] | None = None
+) -> dict[str, list[Any]]:
+    """Outcomes as the column arrays JOB_FINISH_MANY unnests; with ``attempts`` (the lease
+    mode's fencing tokens by job), JOB_LEASE_FINISH_MANY's: each job's attempt instead of its
+    claim's time (that statement leaves started_at as the committed claim wrote it)."""
+    rows = zip(*(_finish_row(outcome) for outcome in outcomes), strict=True)
+    columns = {name: list(values) for name, values in zip(_FINISH_COLUMNS, rows, strict=True)}
+    if attempts is not None:
+        del columns["started_ats"]
+        columns["attempts"] = [attempts[job_id] for job_id in columns["ids"]]
+    return columns
 
 
 def count(

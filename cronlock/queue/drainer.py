@@ -38,27 +38,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from .. import pg, sql
+from .. import pg
 from ..database import Database
 from ..observe.stats import DrainStats
 from ..observe.tracehooks import Tracer
 from ..outage import OutageEnd, Reconnect, ride_out
 from ..outcome import DrainResult, RunStatus, error_line
-from ..sql.tables import DEFAULT_QUEUE
 from .attempt import Attempts
 from .complete import Completion
-from .jobs import Handler, check_queue
-from .lanes import DEFAULT_BATCH_SIZE, DEFAULT_POLL_INTERVAL, CommitMode, Lanes
+from .jobs import Handler
+from .lanes import Lanes
 from .lease import DEFAULT_KEEPALIVE, Keepalive, Lease, queue_lock_key
 from .leased import LeaseMode
-from .liveness import DEFAULT_SWEEP_INTERVAL
+from .options import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_POLL_INTERVAL,
+    CommitMode,
+    DrainOptions,
+)
 from .shared import lease_for
 from .workers import Heartbeat
 
@@ -68,15 +72,12 @@ __all__ = [
     "DEFAULT_KEEPALIVE",
     "DEFAULT_POLL_INTERVAL",
     "CommitMode",
+    "DrainOptions",
     "Drainer",
     "Keepalive",
 ]
 
 logger = logging.getLogger("cronlock.drainer")
-
-# Seconds between heartbeats (the workers row, the lock connection's ping): the interval the
-# one liveness rule (sql.WORKER_ALIVE_WITHIN) counts beats of.
-DEFAULT_HEARTBEAT_INTERVAL = sql.WORKER_HEARTBEAT_SECONDS
 
 
 class Drainer:
@@ -86,41 +87,22 @@ class Drainer:
         self,
         database: Database,
         handlers: Mapping[str, Handler],
+        options: DrainOptions | None = None,
         *,
-        queue: str = DEFAULT_QUEUE,
-        commit_mode: CommitMode | str = CommitMode.STRICT,
-        batch_size: int | None = None,
-        concurrency: int = 1,
-        shared: bool = False,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
-        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
-        sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
-        clock: Callable[[], datetime] | None = None,
-        rng: random.Random | None = None,
         tracing: Tracer | None = None,
+        **changes: Any,
     ) -> None:
+        """``options`` (default ``DrainOptions()``) with ``changes``, any of its fields."""
         self.database = database
         self.handlers = handlers
-        self.queue = check_queue(queue)
-        self.commit_mode = CommitMode(commit_mode)
-        if self.commit_mode is CommitMode.STRICT:
-            self.batch_size = 1
-        elif self.commit_mode is CommitMode.LEASE:
-            self.batch_size = batch_size or 1  # long jobs are what the mode is for
-        else:
-            self.batch_size = batch_size or DEFAULT_BATCH_SIZE
-        if self.batch_size < 1 or concurrency < 1:
-            raise ValueError("batch_size and concurrency must be at least 1")
-        self.concurrency = concurrency
-        self.shared = shared  # many active drainers on the queue (shared.py), none standing by
-        self.poll_interval = poll_interval
-        # A drainer beating less often than sql.WORKER_ALIVE_WITHIN shows as gone between beats.
-        self.heartbeat_interval = heartbeat_interval
-        self.keepalive = keepalive
-        self.sweep_interval = sweep_interval  # the lease mode's look for lost workers' jobs
-        self.clock = clock
-        self.rng = rng
+        self.options = options = replace(options or DrainOptions(), **changes)
+        self.queue = options.queue
+        self.commit_mode = options.mode
+        self.batch_size = options.batch
+        self.concurrency = options.concurrency
+        self.shared = options.shared  # many active drainers (shared.py), none standing by
+        self.clock = options.clock
+        self.rng = options.rng
         self.lock_key = queue_lock_key(self.queue)
         self.worker_id = uuid.uuid4()
         self.stats = DrainStats()
@@ -131,7 +113,14 @@ class Drainer:
         self._lost_database = False  # this round ended because the database or a lock went
         self._lanes: Lanes | None = None
         self._deadline: float | None = None
-        self._attempts = Attempts(handlers, queue=self.queue, clock=clock, rng=rng, tracing=tracing)
+        self._attempts = Attempts(
+            handlers,
+            queue=self.queue,
+            clock=self.clock,
+            rng=self.rng,
+            tracing=tracing,
+            lease=self.commit_mode is CommitMode.LEASE,
+        )
         self._completion = Completion(database.schema, self.queue)
 
     # -- control (signal handlers call these) ---------------------------------------------
@@ -231,8 +220,8 @@ class Drainer:
             self.database,
             self.queue,
             shared=self.shared,
-            keepalive=self.keepalive,
-            heartbeat_interval=self.heartbeat_interval,
+            keepalive=self.options.keepalive,
+            heartbeat_interval=self.options.heartbeat_interval,
         )
         await lease.connect()
         heartbeat: Heartbeat | None = None
@@ -276,11 +265,7 @@ class Drainer:
                 self.stats,
                 self._stopping,
                 self._halt,  # a lane that failed or was fenced ends this round
-                queue=self.queue,
-                batch_size=self.batch_size,
-                concurrency=self.concurrency,
-                poll_interval=self.poll_interval,
-                clock=self.clock,
+                self.options,
                 deadline=self._deadline,
                 # Shared drainers commit side by side by design: no fence.
                 fence=None if self.shared else lease.fence,
@@ -316,9 +301,9 @@ class Drainer:
             self.handlers,
             queue=self.queue,
             owner=self.worker_id,
-            keepalive=self.keepalive,
-            heartbeat_interval=self.heartbeat_interval,
-            sweep_interval=self.sweep_interval,
+            keepalive=self.options.keepalive,
+            heartbeat_interval=self.options.heartbeat_interval,
+            sweep_interval=self.options.sweep_interval,
         )
 
     async def _run_lanes(
@@ -364,7 +349,7 @@ class Drainer:
             self.database,
             self.worker_id,
             queue=self.queue,
-            interval=self.heartbeat_interval,
+            interval=self.options.heartbeat_interval,
             row=self._row,
         )
         return heartbeat, asyncio.create_task(heartbeat.beat())

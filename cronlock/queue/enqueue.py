@@ -32,6 +32,7 @@ from .jobs import (
     JobDefaults,
     check_concurrency,
     check_dedup_keys,
+    check_timeout,
     handler_for,
     job_options,
     to_payload,
@@ -56,6 +57,7 @@ async def enqueue_many(
     dedup_keys: Sequence[str | None] | None = None,
     concurrency_keys: Sequence[str | None] | None = None,
     concurrency_limit: int | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
     trace_context: str | None = None,
 ) -> list[Enqueued]:
     """Enqueue one job per payload; nothing is written on bad input.
@@ -91,6 +93,7 @@ async def enqueue_many(
         "run_at": options.run_at,
         "delay": options.delay,
         "max_retries": options.max_retries,
+        "timeout": check_timeout(timeout),
     }
     per_job = _PerJob(keys, limited, limits)
     if trace_context is not None:

@@ -157,6 +157,7 @@ class Job:
     max_retries: int
     created_at: datetime
     claimed_at: datetime  # the database's clock at the claim: the row's started_at
+    timeout: float | None = None  # its own (the enqueue's), else its type's applies
     trace_context: str | None = None  # the enqueuing span's, claimed by a traced drainer only
 
 
@@ -357,6 +358,18 @@ def job_options(
         run_at=run_at,
         delay=timedelta(seconds=delay or 0),
     )
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """A job's or a job type's timeout: a positive, finite number of seconds, or None."""
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or not timeout > 0
+    ):
+        raise InvalidJobOption(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return None if timeout is None else float(timeout)
 
 
 def check_dedup_keys(keys: Sequence[str | None] | None, count: int) -> list[str | None]:

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -43,27 +43,20 @@ from ..observe.stats import DrainStats
 from ..outcome import error_line
 from ..sql.tables import cancel_channel, jobs_channel
 from .attempt import Attempts, ConnectionLost, LostLease
-from .complete import Attempt, Completion, count
+from .complete import Attempt, Completion, Failure, count, given_up, refused
 from .jobs import Job
 from .lease import Fence, LockLost
+from .options import DrainOptions
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_POLL_INTERVAL", "CommitMode", "Lane", "Lanes"]
+__all__ = ["Lane", "Lanes"]
 
 logger = logging.getLogger("cronlock.drainer")
+T = TypeVar("T")
 
-DEFAULT_BATCH_SIZE = 50  # below PostgreSQL's 64 cached subtransactions per backend
-# Seconds between checks for due jobs when no notification comes (LISTEN/NOTIFY wakes at once).
-DEFAULT_POLL_INTERVAL = 5.0
 # A job whose connection is lost this many times in a row while it runs (in one drainer) is
 # charged a failed attempt: its handler is taking its connection down (ran past the server's
 # idle_in_transaction_session_timeout, crashed its backend), and would run again forever.
 MAX_LOST_RUNS = 3
-
-
-class CommitMode(enum.StrEnum):
-    STRICT = "strict"  # one job per transaction
-    BATCH = "batch"  # one transaction (and one outcome UPDATE) per batch
-    LEASE = "lease"  # the claim commits; handlers run outside any transaction (leased.py)
 
 
 @dataclass
@@ -79,6 +72,8 @@ class Lane:
     session: AsyncSession | None = None
     # After a claim that found nothing: seconds until the next job comes due (None: none).
     next_due: float | None = None
+    # The session a lease-mode handler used, for the completion to commit (attempt.py).
+    used: AsyncSession | None = None
     # The worker's monotonic clock just before this lane's last claim (the lease mode's).
     claimed_clock: float = 0.0
 
@@ -86,6 +81,48 @@ class Lane:
 # A claimed payload is jsonb's text output: one JSON value, no whitespace around it, which
 # raw_decode reads without the two regular expressions json.loads runs around it.
 _decode = json.JSONDecoder().raw_decode
+
+
+def read_jobs(rows: Sequence[Sequence[Any]]) -> tuple[list[Job], list[Failure]]:
+    """Claimed rows as jobs, when a payload among them cannot be read here (JSON nested deeper
+    than Python's recursion limit, which plain SQL can store): that job fails for good instead
+    of its lane (``complete.given_up``). Only then: the claim's own loop is the fast path."""
+    jobs: list[Job] = []
+    unreadable: list[Failure] = []
+    for id, kind, payload, retries, most, created, at, *rest in rows:  # rest: timeout, trace
+        try:
+            jobs.append(Job(id, kind, _decode(payload)[0], retries, most, created, at, *rest))
+        except (RecursionError, ValueError) as exc:
+            job = Job(id, kind, None, retries, most, created, at)
+            error = f"its payload could not be read: {error_line(exc)}"
+            unreadable.append(given_up(job, error))
+            logger.error(
+                "job %s: %s: failed",
+                id,
+                error,
+                extra={"action": "job_unreadable", "job_id": str(id)},
+            )
+    return jobs, unreadable
+
+
+async def refused_alone(
+    driver: pg.DriverConnection, items: Sequence[T], write: Callable[[T], Awaitable[object]]
+) -> list[tuple[T, BaseException]]:
+    """Each item's ``write`` tried alone in a transaction rolled back: the items the database
+    refuses, each with its refusal (how a refused batch finds the job that caused it)."""
+    refusals: list[tuple[T, BaseException]] = []
+    for item in items:
+        trial = driver.transaction()
+        await trial.start()
+        try:
+            await write(item)
+        except pg.ServerError as alone:
+            if pg.connection_lost(alone):
+                raise
+            refusals.append((item, alone))
+        finally:
+            await trial.rollback()
+    return refusals
 
 
 class Lanes:
@@ -99,12 +136,8 @@ class Lanes:
         stats: DrainStats,
         stopping: asyncio.Event,
         stop: Callable[[], None],
+        options: DrainOptions,
         *,
-        queue: str,
-        batch_size: int,
-        concurrency: int,
-        poll_interval: float,
-        clock: Callable[[], datetime] | None,
         deadline: float | None,
         fence: Fence | None = None,
     ) -> None:
@@ -112,13 +145,13 @@ class Lanes:
         self.attempts = attempts
         self.completion = completion
         self.stats = stats
-        self.queue = queue
-        self.batch_size = batch_size
-        self.poll_interval = poll_interval
-        self.clock = clock
+        self.queue = options.queue
+        self.batch_size = options.batch
+        self.poll_interval = options.poll_interval
+        self.clock = options.clock
         self.deadline = deadline
         self.fence = fence  # checked right before each commit (lease.py)
-        self.lanes = [Lane(n) for n in range(concurrency)]
+        self.lanes = [Lane(n) for n in range(options.concurrency)]
         self._stopping = stopping
         self._stop = stop  # the drainer's stop(): every lane stops claiming
         self._aborted = False
@@ -424,16 +457,21 @@ class Lanes:
                     self._next_due.sql, *self._next_due.args(queue=self.queue, now=self._db_now())
                 )
                 lane.next_due = None if seconds is None else float(seconds)
-            if self._traced:
-                claimed = [
-                    Job(id, kind, _decode(payload)[0], retries, most, created, at, trace)
-                    for id, kind, payload, retries, most, created, at, trace in rows
-                ]
-            else:
-                claimed = [
-                    Job(id, kind, _decode(payload)[0], retries, most, created, at)
-                    for id, kind, payload, retries, most, created, at in rows
-                ]
+            try:
+                if self._traced:
+                    claimed = [
+                        Job(id, kind, _decode(payload)[0], retries, most, created, at, limit, trace)
+                        for id, kind, payload, retries, most, created, at, limit, trace in rows
+                    ]
+                else:
+                    claimed = [
+                        Job(id, kind, _decode(payload)[0], retries, most, created, at, limit)
+                        for id, kind, payload, retries, most, created, at, limit in rows
+                    ]
+            except (RecursionError, ValueError):
+                claimed, unreadable = read_jobs(rows)
+                outcomes += unreadable
+                begun += [time.perf_counter()] * len(unreadable)
             # Looked up once per batch, not per job.
             stopping, perf_counter = self._stopping.is_set, time.perf_counter
             attempt = self.attempts.run_traced if self._traced else self.attempts.run
@@ -447,7 +485,14 @@ class Lanes:
                 lane.in_flight = 0
                 outcomes.append(outcome)
             if outcomes:
-                await self.completion.write(driver, outcomes, self._db_now())
+                try:
+                    await self.completion.write(driver, outcomes, self._db_now())
+                except pg.ServerError as refusal:
+                    if pg.connection_lost(refusal):
+                        raise
+                    await transaction.rollback()
+                    await self._refused(driver, lane, outcomes, refusal)
+                    return len(rows)
                 if self.fence is not None and not await self.fence.holds(driver):
                     raise LockLost
         except BaseException as exc:
@@ -468,6 +513,48 @@ class Lanes:
             if self._lost_runs:
                 for outcome in outcomes:
                     self._lost_runs.pop(outcome.job.id, None)
-        self.stats.handed_back += len(claimed) - len(outcomes)
+        self.stats.handed_back += len(rows) - len(outcomes)
         count(self.stats, outcomes, begun, queue=self.queue, claimed=claimed_clock)
-        return len(claimed)
+        return len(rows)
+
+    async def _refused(
+        self,
+        driver: pg.DriverConnection,
+        lane: Lane,
+        outcomes: list[Attempt],
+        refusal: BaseException,
+    ) -> None:
+        """The database refused the batch's outcomes (a constraint, a trigger's error): the
+        batch rolled back. Each outcome the database refuses alone (tried in a transaction
+        rolled back) fails its job (``complete.refused``); the others run again, as after a
+        lost connection. One that cannot even be failed is left to an operator, logged."""
+        lane.last_job = None
+        refusals: list[tuple[Attempt, BaseException]] = [(outcomes[0], refusal)]
+        if len(outcomes) > 1:
+            refusals = await refused_alone(
+                driver,
+                outcomes,
+                lambda outcome: self.completion.write(driver, [outcome], self._db_now()),
+            )
+        self.stats.rolled_back += len(outcomes) - len(refusals)
+        for outcome, why in refusals:
+            failure = refused(outcome, why)
+            logger.error(
+                "job %s: its outcome could not be written (%s): failed",
+                outcome.job.id,
+                error_line(why),
+                extra={"action": "job_outcome_refused", "queue": self.queue},
+            )
+            try:
+                await self.completion.write(driver, [failure], self._db_now())
+            except pg.ServerError as again:
+                if pg.connection_lost(again):
+                    raise
+                logger.error(
+                    "job %s: not even its failure could be written (%s): left for an operator",
+                    outcome.job.id,
+                    error_line(again),
+                    extra={"action": "job_outcome_refused", "queue": self.queue},
+                )
+                continue
+            count(self.stats, [failure], queue=self.queue)

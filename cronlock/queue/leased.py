@@ -39,46 +39,41 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-from sqlalchemy.orm import Session
 
 from .. import pg, sql
 from ..database import Database
 from ..observe.stats import DrainStats
-from ..pg import session_has_pending, session_untouched
-from .attempt import Attempts, _describe
-from .cancel import CancelRequested, Scope
-from .complete import Attempt, Cancelled, Snoozed, Success, count, micros_now, micros_of
-from .handling import JobCancel, JobSnooze, running
-from .jobs import Handler, Job, to_json
-from .lanes import Lane, Lanes, _decode
+from ..outcome import error_line
+from .attempt import ConnectionLost, LeaseSession, LostLease, _describe
+from .complete import (
+    REFUSED,
+    Attempt,
+    Failure,
+    Success,
+    count,
+    finish_columns,
+    micros_now,
+    micros_of,
+    refused,
+)
+from .jobs import Handler, Job
+from .lanes import Lane, Lanes, _decode, read_jobs, refused_alone
 from .lease import Keepalive
-from .liveness import DEFAULT_SWEEP_INTERVAL, Liveness, Sweeper
+from .liveness import DEFAULT_SWEEP_INTERVAL, Liveness, Sweeper, give_up
 
-__all__ = ["LeaseMode", "LeaseSession", "LeasedLanes"]
+__all__ = ["LeaseMode", "LeasedLanes"]
 
 logger = logging.getLogger("cronlock.drainer")
 
 # What a cut connection looks like from here: the job goes back, nothing is charged.
 _CONNECTION_LOST = (OSError, pg.ClientError, InterfaceError)
-
-
-class LeaseSession(Session):
-    """The completion's session: ``commit()`` from the handler flushes, and the completion
-    commits (with the job's completion, or not at all)."""
-
-    completing = False
-
-    def commit(self) -> None:
-        if self.completing:
-            super().commit()
-        else:
-            self.flush()
 
 
 @dataclass
@@ -100,7 +95,11 @@ class LeasedLanes(Lanes):
         super().__init__(*args, **kwargs)
         self.owner = owner
         schema = self.database.schema
-        self._lease_claim = pg.AsyncpgStatement.of(sql.JOB_LEASE_CLAIM, schema)
+        claim = sql.JOB_LEASE_CLAIM_TRACED if self._traced else sql.JOB_LEASE_CLAIM
+        self._lease_claim = pg.AsyncpgStatement.of(claim, schema)
+        keyed = sql.JOB_LEASE_CLAIM_KEYED_TRACED if self._traced else sql.JOB_LEASE_CLAIM_KEYED
+        self._keyed_claim = pg.AsyncpgStatement.of(keyed, schema)
+        self._keys_lock = pg.AsyncpgStatement.of(sql.JOB_LEASE_KEYS_LOCK, schema)
         self._complete_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
         self._finish_many = pg.AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
         self._hand_back = pg.AsyncpgStatement.of(sql.JOB_LEASE_HAND_BACK, schema)
@@ -125,7 +124,16 @@ class LeasedLanes(Lanes):
                 try:
                     await self._batches(conn, driver, lane, until_empty=until_empty)
                     return
-                except (*_CONNECTION_LOST, _HandBack) as exc:
+                except LostLease as lost:
+                    # The attempt's connection went under it (a statement its timeout or an
+                    # operator's cancel interrupted): its outcome is written on a fresh one,
+                    # fenced; the batch's others go back below, and the lane goes on.
+                    await conn.invalidate()
+                    (failure,) = lost.args
+                    held = self._held[lane.number].attempts
+                    async with self._engine().connect() as fresh:
+                        await self._write(await pg.driver_of(fresh), [failure], [0.0], held, 0.0)
+                except (*_CONNECTION_LOST, _HandBack, ConnectionLost) as exc:
                     if self._aborted:
                         raise
                     await conn.invalidate()
@@ -154,33 +162,60 @@ class LeasedLanes(Lanes):
         held = self._held[lane.number].attempts
         now = self._db_now()
         lane.claimed_clock = time.perf_counter()  # just before the claim: see complete.count
-        rows = await driver.fetch(
-            self._lease_claim.sql,
-            *self._lease_claim.args(
-                queue=self.queue, limit=self.batch_size, worker=self.owner, now=now
-            ),
-        )
+        try:
+            rows = await driver.fetch(
+                self._lease_claim.sql,
+                *self._lease_claim.args(
+                    queue=self.queue, limit=self.batch_size, worker=self.owner, now=now
+                ),
+            )
+        except pg.ServerError as exc:
+            if pg.connection_lost(exc):
+                raise
+            await self._claim_refused(driver, exc)
+            return 1  # claim again at once: the job that stopped it is out of the way
+        if len(rows) < self.batch_size:  # room left: jobs with a concurrency key, if any
+            rows += await self._claim_keyed(driver, self.batch_size - len(rows), now)
         if not rows:  # how long the lane may idle (Lanes._idle)
             seconds = await driver.fetchval(
                 self._next_due.sql, *self._next_due.args(queue=self.queue, now=now)
             )
             lane.next_due = None if seconds is None else float(seconds)
         claimed: list[Job] = []
-        for id, kind, payload, retries, most, created, attempt, started_at in rows:  # in order
-            claimed.append(Job(id, kind, _decode(payload)[0], retries, most, created, started_at))
-            held[id] = attempt
         batched: list[Attempt] = []
         begun: list[float] = []
+        try:
+            if self._traced:
+                for id, kind, payload, retries, most, created, attempt, at, limit, trace in rows:
+                    held[id] = attempt
+                    payload = _decode(payload)[0]
+                    claimed.append(Job(id, kind, payload, retries, most, created, at, limit, trace))
+            else:
+                for id, kind, payload, retries, most, created, attempt, at, limit in rows:
+                    held[id] = attempt  # rows come in claim order
+                    payload = _decode(payload)[0]
+                    claimed.append(Job(id, kind, payload, retries, most, created, at, limit))
+        except (RecursionError, ValueError):
+            for row in rows:
+                held[row[0]] = row[6]
+            claimed, unreadable = read_jobs([(*row[:6], *row[7:]) for row in rows])
+            batched += unreadable
+            begun += [time.perf_counter()] * len(unreadable)
+        attempt = self.attempts.run_traced if self._traced else self.attempts.run
         for job in claimed:
             if self.stopping:
                 break
             lane.in_flight = 1
             started = time.perf_counter()
             try:
-                outcome = await self._attempt(conn, driver, lane, job, held[job.id], started)
+                outcome = await attempt(conn, lane, job)
             finally:
                 lane.in_flight = 0
-            if outcome is None:  # completed (or fenced) in its session's transaction
+            if lane.used is not None:  # the handler used its session: completed with it
+                session, lane.used = lane.used, None
+                await self._complete_in_session(
+                    session, driver, outcome, held[job.id], started, lane.claimed_clock
+                )
                 continue
             batched.append(outcome)
             begun.append(started)
@@ -195,97 +230,9 @@ class LeasedLanes(Lanes):
                 held.pop(job_id, None)
         if batched:
             await self._write(driver, batched, begun, held, lane.claimed_clock)
-        return len(claimed)
+        return len(rows)
 
-    # -- one attempt ----------------------------------------------------------------------
-
-    async def _attempt(
-        self,
-        conn: AsyncConnection,
-        driver: pg.DriverConnection,
-        lane: Lane,
-        job: Job,
-        attempt: int,
-        begun: float,
-    ) -> Attempt | None:
-        """Run ``job``'s handler; its outcome to write with the batch, or None when it was
-        written already (the handler used its session: completed in that transaction). An
-        operator's cancel stops it as in the other modes (cancel.py's hook)."""
-        scope = self.attempts.cancels.enter(job.id)
-        try:
-            return await self._attempt_in(scope, conn, driver, lane, job, attempt, begun)
-        finally:
-            self.attempts.cancels.leave(scope)
-
-    async def _attempt_in(
-        self,
-        scope: Scope,
-        conn: AsyncConnection,
-        driver: pg.DriverConnection,
-        lane: Lane,
-        job: Job,
-        attempt: int,
-        begun: float,
-    ) -> Attempt | None:
-        attempts: Attempts = self.attempts
-        handler = attempts.handlers.get(job.job_type)
-        started = micros_now(self.clock)
-        if scope.requested:  # an operator's cancel came before the attempt
-            return attempts.stopped(job, started, ran=False)
-        if handler is None:
-            return attempts.failed(
-                job, f"no handler registered for job type {job.job_type!r}", started, None
-            )
-        session = lane.session or AsyncSession(
-            bind=conn, expire_on_commit=False, sync_session_class=LeaseSession
-        )
-        lane.session = None
-        # The handler runs in the lane's own task, as in the other modes (a task of its own
-        # per job cost about a fifth of the client's time on no-op jobs): an operator's cancel
-        # cancels the lane's task for the handler's await and takes it back (cancel.py).
-        context = running.set((job, self.queue, scope))  # current_job()
-        directed: JobCancel | JobSnooze | None = None
-        try:
-            scope.begin()
-            try:
-                value = await _call(handler, session, job.payload)
-            except BaseException as exc:
-                # An operator's cancel is the scope's own cancellation: that attempt's end.
-                # Any other (the drainer's abort) goes on.
-                if scope.end() and isinstance(exc, asyncio.CancelledError):
-                    raise CancelRequested() from None
-                raise
-            scope.end()
-            if value is None:
-                result = None
-            elif isinstance(value, JobCancel | JobSnooze):
-                result, directed = None, value
-            else:
-                result = to_json(value, "the handler's result")
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                if session.in_transaction():
-                    await session.rollback()  # none of this job's writes stay
-            if conn.invalidated or driver.is_closed():
-                raise _HandBack(f"the lane's connection went while job {job.id} ran") from exc
-            # Failed, or, an operator's cancel requested whatever it raised, cancelled.
-            return attempts.ended(job, _describe(exc, handler), started, handler, scope)
-        finally:
-            running.reset(context)
-        if directed is None:
-            outcome: Attempt = Success(job, result)
-        else:
-            finished = micros_now(self.clock)
-            outcome = attempts.directed(job, directed, started, finished)
-        sync = cast(LeaseSession, session.sync_session)
-        if not sync.in_transaction() and not session_has_pending(sync):
-            if session_untouched(sync):
-                lane.session = session
-            return outcome
-        await self._complete_in_session(
-            session, driver, outcome, attempt, begun, lane.claimed_clock
-        )
-        return None
+    # -- completing in the handler's session -------------------------------------------
 
     async def _complete_in_session(
         self,
@@ -312,7 +259,7 @@ class LeasedLanes(Lanes):
                 )
             else:
                 statement = self._finish_many
-                columns = _finish_columns([success], {success.job.id: attempt})
+                columns = finish_columns([success], {success.job.id: attempt})
                 args = statement.args(worker=self.owner, now=self._db_now(), **columns)
             done = await driver.fetch(statement.sql, *args)
             applied = bool(done)
@@ -392,8 +339,14 @@ class LeasedLanes(Lanes):
             )
         else:
             statement = self._finish_many
-            args = statement.args(worker=self.owner, now=now, **_finish_columns(outcomes, attempts))
-        rows = await driver.fetch(statement.sql, *args)
+            args = statement.args(worker=self.owner, now=now, **finish_columns(outcomes, attempts))
+        try:
+            rows = await driver.fetch(statement.sql, *args)
+        except pg.ServerError as exc:
+            if pg.connection_lost(exc):
+                raise
+            await self._write_refused(driver, outcomes, begun, held, claimed, exc)
+            return
         applied = {row[0] for row in rows}
         kept = [(o, b) for o, b in zip(outcomes, begun, strict=True) if o.job.id in applied]
         ran = [o for o, _ in kept]
@@ -404,6 +357,92 @@ class LeasedLanes(Lanes):
         for outcome in outcomes:
             if outcome.job.id not in applied:
                 await self._record_fenced(outcome.job, attempts[outcome.job.id])
+
+    async def _claim_keyed(
+        self, driver: pg.DriverConnection, limit: int, now: datetime | None
+    ) -> list[Any]:
+        """Claim up to ``limit`` due jobs with a concurrency key, within their keys' limits
+        (sql.JOB_LEASE_CLAIM_KEYED): the keyed claims' lock first, then the claim in a
+        statement of its own, committed together. Two statements and no claim when no keyed
+        job is due; none at all while the unkeyed claim fills the batch."""
+        transaction = driver.transaction()
+        await transaction.start()
+        try:
+            locked = await driver.fetch(
+                self._keys_lock.sql, *self._keys_lock.args(queue=self.queue, now=now)
+            )
+            rows: list[Any] = []
+            if locked:
+                rows = await driver.fetch(
+                    self._keyed_claim.sql,
+                    *self._keyed_claim.args(
+                        queue=self.queue, limit=limit, worker=self.owner, now=now
+                    ),
+                )
+        except BaseException:
+            if not driver.is_closed():
+                with contextlib.suppress(Exception):
+                    await transaction.rollback()
+            raise
+        await transaction.commit()
+        return rows
+
+    async def _claim_refused(self, driver: pg.DriverConnection, exc: BaseException) -> None:
+        """The database refused the claim (one job's row, a trigger): each due job is tried
+        alone in a transaction rolled back, and one the database refuses to hand out fails
+        with the refusal in its history, or, when not even that can be written, stays for an
+        operator; the lane claims on."""
+        candidates = pg.AsyncpgStatement.of(sql.JOB_LEASE_CANDIDATES, self.database.schema)
+        trial = pg.AsyncpgStatement.of(sql.JOB_LEASE_TRY_CLAIM, self.database.schema)
+        ids = await driver.fetch(
+            candidates.sql,
+            *candidates.args(queue=self.queue, limit=self.batch_size, now=self._db_now()),
+        )
+        refusals = await refused_alone(
+            driver,
+            [job_id for (job_id,) in ids],
+            lambda job_id: driver.execute(trial.sql, *trial.args(job_id=job_id, worker=self.owner)),
+        )
+        if not refusals:
+            raise exc  # not one job's doing: the lane's failure, as before
+        for job_id, why in refusals:
+            error = f"it could not be claimed: {error_line(why)}"
+            await give_up(self._engine(), job_id, error, queue=self.queue)
+
+    async def _write_refused(
+        self,
+        driver: pg.DriverConnection,
+        outcomes: list[Attempt],
+        begun: list[float],
+        held: dict[uuid.UUID, int] | None,
+        claimed: float,
+        exc: BaseException,
+    ) -> None:
+        """The database refused a batch's outcomes: each is written on its own, and one it
+        refuses alone fails its job (``complete.refused``). One that cannot even be failed is
+        left to an operator, running (returned as lost once this worker ends), logged."""
+        if len(outcomes) > 1:
+            for outcome, began in zip(outcomes, begun, strict=True):
+                await self._write(driver, [outcome], [began], held, claimed)
+            return
+        (outcome,) = outcomes
+        if isinstance(outcome, Failure) and outcome.error.startswith(REFUSED):
+            logger.error(
+                "job %s: not even its failure could be written (%s): left running for an operator",
+                outcome.job.id,
+                error_line(exc),
+                extra={"action": "job_outcome_refused", "queue": self.queue},
+            )
+            if held is not None:
+                held.pop(outcome.job.id, None)
+            return
+        logger.error(
+            "job %s: its outcome could not be written (%s): failed",
+            outcome.job.id,
+            error_line(exc),
+            extra={"action": "job_outcome_refused", "queue": self.queue},
+        )
+        await self._write(driver, [refused(outcome, exc)], begun, held, claimed)
 
     async def _record_fenced(self, job: Job, attempt: int) -> None:
         self.stats.fenced += 1
@@ -429,66 +468,6 @@ class LeasedLanes(Lanes):
 
 def _ids(outcomes: list[Attempt]) -> set[uuid.UUID]:
     return {o.job.id for o in outcomes}
-
-
-async def _call(handler: Handler, session: AsyncSession, payload: Any) -> Any:
-    if handler.timeout is None:
-        return await handler.func(session, payload)
-    async with asyncio.timeout(handler.timeout):
-        return await handler.func(session, payload)
-
-
-def _finish_columns(
-    outcomes: list[Attempt], attempts: Mapping[uuid.UUID, int]
-) -> dict[str, list[Any]]:
-    """Outcomes as the column arrays JOB_LEASE_FINISH_MANY unnests (a success keeps its
-    retry count and errors; a retry's delay is counted on the database's clock)."""
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "ids",
-            "attempts",
-            "statuses",
-            "retry_counts",
-            "delays",
-            "errors",
-            "error_entries",
-            "results",
-        )
-    }
-    for outcome in outcomes:
-        job = outcome.job
-        columns["ids"].append(job.id)
-        columns["attempts"].append(attempts[job.id])
-        if isinstance(outcome, Success):
-            row: tuple[Any, ...] = ("completed", job.retry_count, None, None, None, outcome.result)
-        elif isinstance(outcome, Cancelled):
-            row = ("cancelled", job.retry_count, None, outcome.error, outcome.error_entry, None)
-        elif isinstance(outcome, Snoozed):
-            row = (
-                outcome.status.value,
-                job.retry_count,
-                outcome.delay,
-                None,
-                outcome.error_entry,
-                None,
-            )
-        else:
-            row = (
-                outcome.status.value,
-                outcome.retry_count,
-                outcome.delay,
-                outcome.error,
-                outcome.error_entry,
-                None,
-            )
-        for name, value in zip(
-            ("statuses", "retry_counts", "delays", "errors", "error_entries", "results"),
-            row,
-            strict=True,
-        ):
-            columns[name].append(value)
-    return columns
 
 
 class LeaseMode:
@@ -541,7 +520,11 @@ class LeaseMode:
         watch beside them; an error message if the liveness lock was lost."""
         assert self.sweeper is not None, "make_lanes() first"
         sweeper = self.sweeper
-        await sweeper.sweep()  # the jobs of workers that died before this one became active
+        try:
+            await sweeper.sweep()  # the jobs of workers that died before this one became active
+        except BaseException:
+            cast(Coroutine[Any, Any, Any], lanes_run).close()  # never started: no warning
+            raise
         sweeping = asyncio.create_task(sweeper.run())
         watch = asyncio.create_task(self.liveness.watch(stop))
         try:

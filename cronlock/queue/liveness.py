@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .. import pg, sql
 from ..database import Database
+from ..outcome import error_line
 from .jobs import Handler
 from .lease import Keepalive
 
@@ -46,6 +47,7 @@ __all__ = [
     "DEFAULT_SWEEP_INTERVAL",
     "Liveness",
     "Sweeper",
+    "give_up",
     "owner_key",
 ]
 
@@ -161,12 +163,21 @@ class Sweeper:
             "job_types": types,
             "max_lost_runs": [handlers[t].max_lost_runs for t in types],
             "default_max_lost_runs": DEFAULT_MAX_LOST_RUNS,
+            "ids": None,
         }
 
     async def sweep(self) -> int:
-        """Return the jobs of dead owners once; how many."""
-        async with self.engine().begin() as conn:
-            rows = (await conn.execute(sql.JOB_LEASE_RETURN_LOST, self._params)).all()
+        """Return the jobs of dead owners once; how many. When the database refuses the
+        statement (one job's row, a trigger), each job is returned on its own, and one it
+        refuses to return is failed with the refusal in its history; one it refuses to fail
+        too stays for an operator, logged: one job's state never stops a sweep."""
+        try:
+            async with self.engine().begin() as conn:
+                rows = (await conn.execute(sql.JOB_LEASE_RETURN_LOST, self._params)).all()
+        except DBAPIError as exc:
+            if pg.connection_lost(exc):
+                raise
+            rows = await self._one_by_one()
         for job_id, status, owner in rows:
             stopped = status == "failed"
             self.stopped += stopped
@@ -181,6 +192,23 @@ class Sweeper:
         if rows and self.on_returned is not None:
             self.on_returned()
         return len(rows)
+
+    async def _one_by_one(self) -> list[Any]:
+        async with self.engine().begin() as conn:
+            ids = (await conn.scalars(sql.JOB_LEASE_LOST_IDS, self._params)).all()
+        rows: list[Any] = []
+        for job_id in ids:
+            try:
+                async with self.engine().begin() as conn:
+                    params = {**self._params, "ids": [job_id]}
+                    rows += (await conn.execute(sql.JOB_LEASE_RETURN_LOST, params)).all()
+                continue
+            except DBAPIError as exc:
+                if pg.connection_lost(exc):
+                    raise
+                error = f"its worker was lost and it could not be returned: {error_line(exc)}"
+            await give_up(self.engine(), job_id, error, queue=self.queue)
+        return rows
 
     async def run(self) -> None:
         """Sweep every ``interval`` until cancelled; a failed sweep is logged and tried again
@@ -197,3 +225,23 @@ class Sweeper:
                     )
                     raise
             await asyncio.sleep(self.interval)
+
+
+async def give_up(engine: AsyncEngine, job_id: uuid.UUID, error: str, *, queue: str) -> None:
+    """Fail a job the database refuses to hand out or to return (JOB_LEASE_GIVE_UP), with
+    ``error`` in its history, logged; one whose failure is refused too stays for an operator,
+    logged: nothing raises but the loss of the database."""
+    extra = {"action": "job_refused", "queue": queue, "job_id": str(job_id)}
+    logger.error("job %s: %s; failed", job_id, error, extra=extra)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sql.JOB_LEASE_GIVE_UP, {"job_id": job_id, "error": error})
+    except DBAPIError as exc:
+        if pg.connection_lost(exc):
+            raise
+        logger.error(
+            "job %s: not even its failure could be written (%s): left for an operator",
+            job_id,
+            error_line(exc),
+            extra=extra,
+        )

@@ -45,7 +45,7 @@ from ..locks import namespace_key
 from ..outcome import JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
 from .histograms import buckets
 from .queues import QUEUE_PAUSED_NOW
-from .tables import JOB_DEDUP_PREDICATE, SNOOZED_ENTRY, cancel_requests, jobs
+from .tables import JOB_DEDUP_PREDICATE, JOB_DEDUP_STATUSES, SNOOZED_ENTRY, cancel_requests, jobs
 
 __all__ = [
     "CONCURRENCY_NAMESPACE",
@@ -67,14 +67,22 @@ __all__ = [
     "JOB_INSERT_ONE",
     "JOB_INSERT_ONE_TRACED",
     "JOB_KEY_SLOT_FREE",
+    "JOB_LEASE_CANDIDATES",
     "JOB_LEASE_CLAIM",
+    "JOB_LEASE_CLAIM_KEYED",
+    "JOB_LEASE_CLAIM_KEYED_TRACED",
+    "JOB_LEASE_CLAIM_TRACED",
     "JOB_LEASE_COMPLETE_MANY",
     "JOB_LEASE_FINISH_MANY",
+    "JOB_LEASE_GIVE_UP",
     "JOB_LEASE_HAND_BACK",
+    "JOB_LEASE_KEYS_LOCK",
+    "JOB_LEASE_LOST_IDS",
     "JOB_LEASE_NEXT_DUE",
     "JOB_LEASE_RECORD_FENCED",
     "JOB_LEASE_RETURN_LOST",
     "JOB_LEASE_STATE",
+    "JOB_LEASE_TRY_CLAIM",
     "JOB_NEXT_DUE",
     "JOB_OLDEST_DUE",
     "JOB_PRUNE",
@@ -126,6 +134,7 @@ _INSERT_COLUMNS = [
     "dedup_key",
     "concurrency_key",
     "concurrency_limit",
+    "timeout",
 ]
 
 
@@ -144,6 +153,7 @@ def _insert_many(*, traced: bool) -> Any:
         cast(_new_jobs.c.dedup_key, Text),
         cast(_new_jobs.c.concurrency_key, Text),
         cast(_new_jobs.c.concurrency_limit, Integer),
+        bindparam("timeout", type_=Double),
     ]
     columns = list(_INSERT_COLUMNS)
     if traced:  # one enqueue, one span: its context is the same for all its jobs
@@ -178,6 +188,7 @@ _ONE = {
     "max_retries": bindparam("max_retries", type_=Integer),
     "concurrency_key": bindparam("concurrency_key", type_=Text),
     "concurrency_limit": bindparam("concurrency_limit", type_=Integer),
+    "timeout": bindparam("timeout", type_=Double),
 }
 JOB_INSERT_ONE = pg_insert(jobs).values(**_ONE)
 JOB_INSERT_ONE_TRACED = pg_insert(jobs).values(
@@ -311,6 +322,7 @@ _CLAIMED = (
     jobs.c.max_retries,
     jobs.c.created_at,
     _CLAIM_CLOCK.label("claimed_at"),
+    jobs.c.timeout,
 )
 JOB_CLAIM = (
     select(*_CLAIMED)
@@ -441,8 +453,8 @@ JOB_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _CLAIM_CLO
 )
 
 # The lease mode's: its claim commits at once, so no due job stays held by another lane (but
-# for the instant of another claim); the jobs it may not claim are those with a concurrency
-# key (JOB_LEASE_CLAIM), which it leaves out, or it would spin on them.
+# for the instant of another claim); a job with a concurrency key may be due and still wait
+# for its key's slot (JOB_LEASE_CLAIM_KEYED), so it is left out, or the lane would spin on it.
 JOB_LEASE_NEXT_DUE = select(func.extract("epoch", func.min(jobs.c.run_at) - _CLAIM_CLOCK)).where(
     jobs.c.queue == bindparam("queue", type_=Text),
     _WAITING,
@@ -464,9 +476,8 @@ _owner = bindparam("worker", type_=Uuid)
 
 _lease_claimed = (
     select(jobs.c.id)
-    # A job with a concurrency key is not the lease mode's: its committed claim would end the
-    # slot lock JOB_KEY_SLOT_FREE takes while the job still runs. Strict and batch drainers
-    # run such jobs (README: Per-key concurrency limits).
+    # A job with a concurrency key is claimed apart (JOB_LEASE_CLAIM_KEYED): its committed
+    # claim would end the slot lock JOB_KEY_SLOT_FREE takes while the job still runs.
     .where(*_CLAIMABLE, jobs.c.concurrency_key.is_(None))
     .order_by(*_CLAIM_ORDER)
     .limit(bindparam("limit", type_=Integer))
@@ -474,6 +485,7 @@ _lease_claimed = (
     .cte("claimed")
     .prefix_with("MATERIALIZED")
 )
+
 
 # Claim due jobs of :queue for :worker and commit it (one statement, its own transaction). The
 # CTE is MATERIALIZED so the LIMIT is applied once whatever the plan (the nested-loop trap Oban's
@@ -483,40 +495,127 @@ _lease_claimed = (
 # whole table for it (6.9 of a 500-row claim's 20.9 ms; BENCHMARKS.md, the lease drain). The
 # rows come back in claim order (priority, then due time), sorted by the database: UPDATE …
 # RETURNING keeps none. started_at is when the database handed the job out.
-_lease_taken = (
-    update(jobs)
-    .where(jobs.c.id == any_(func.array(select(_lease_claimed.c.id).scalar_subquery())))
-    .values(
-        status=literal_column("'processing'"),
-        owner=_owner,
-        attempt=jobs.c.attempt + 1,
-        started_at=_DB_CLOCK,
-        completed_at=null(),
+def _lease_claim(*, traced: bool, keyed: bool = False) -> Any:
+    source = _lease_keyed if keyed else _lease_claimed
+    taken = (
+        update(jobs)
+        .where(
+            jobs.c.id == any_(func.array(select(source.c.id).scalar_subquery())),
+            # The keyed claim reads without row locks (a window function takes none): a job
+            # an operator changed since is re-checked here and left alone.
+            *([_WAITING] if keyed else []),
+        )
+        .values(
+            status=literal_column("'processing'"),
+            owner=_owner,
+            attempt=jobs.c.attempt + 1,
+            started_at=_DB_CLOCK,
+            completed_at=null(),
+        )
+        .returning(
+            jobs.c.id,
+            jobs.c.job_type,
+            cast(jobs.c.payload, Text).label("payload"),
+            jobs.c.retry_count,
+            jobs.c.max_retries,
+            jobs.c.created_at,
+            jobs.c.attempt,
+            jobs.c.started_at,  # the claim's time on the database's clock: Job.claimed_at
+            jobs.c.timeout,
+            jobs.c.priority,
+            jobs.c.run_at,
+            *([jobs.c.trace_context] if traced else []),
+        )
+        .cte("taken")
     )
-    .returning(
+    columns = [
+        taken.c.id,
+        taken.c.job_type,
+        taken.c.payload,
+        taken.c.retry_count,
+        taken.c.max_retries,
+        taken.c.created_at,
+        taken.c.attempt,
+        taken.c.started_at,
+        taken.c.timeout,
+    ]
+    if traced:
+        columns.append(taken.c.trace_context)
+    return select(*columns).order_by(taken.c.priority.desc(), taken.c.run_at)
+
+
+JOB_LEASE_CLAIM = _lease_claim(traced=False)
+# The same for a traced drainer (cronlock.tracing): with the context each job carries.
+JOB_LEASE_CLAIM_TRACED = _lease_claim(traced=True)
+
+# The lease mode's claim of jobs with a concurrency key: a key's slots are its running rows.
+# In one transaction, JOB_LEASE_KEYS_LOCK first takes the lock every lease-mode keyed claim
+# takes (one, for all keys: no deadlock), blocking, and only if some keyed job is due; then
+# JOB_LEASE_CLAIM_KEYED, a statement of its own so that its snapshot, taken after the lock,
+# sees every keyed claim committed before, admits the first due job of a key (one per claim:
+# a lane runs its batch's jobs one after another) while fewer than its concurrency_limit jobs
+# of the key are processing. At most the limit run at once across every lease-mode drainer;
+# a key's transactional runs (slot locks) are not counted here: run one key's jobs in one
+# family of modes.
+LEASE_KEYS_LOCK_KEY = 0  # in CONCURRENCY_NAMESPACE, where slot keys are md5 bits (0: ours)
+_keyed_due = and_(*_CLAIMABLE, jobs.c.concurrency_key.is_not(None))
+JOB_LEASE_KEYS_LOCK = select(
+    func.pg_advisory_xact_lock(
+        literal_column(str(CONCURRENCY_NAMESPACE)), literal_column(str(LEASE_KEYS_LOCK_KEY))
+    )
+).where(exists().where(_keyed_due))
+_keyed_rank = (
+    select(
         jobs.c.id,
-        jobs.c.job_type,
-        cast(jobs.c.payload, Text).label("payload"),
-        jobs.c.retry_count,
-        jobs.c.max_retries,
-        jobs.c.created_at,
-        jobs.c.attempt,
-        jobs.c.started_at,  # the claim's time on the database's clock: Job.claimed_at
+        jobs.c.concurrency_key,
+        jobs.c.concurrency_limit,
         jobs.c.priority,
         jobs.c.run_at,
+        func.row_number()
+        .over(partition_by=jobs.c.concurrency_key, order_by=_CLAIM_ORDER)
+        .label("rank"),
     )
-    .cte("taken")
+    .where(_keyed_due)
+    .cte("keyed")
+    .prefix_with("MATERIALIZED")
 )
-JOB_LEASE_CLAIM = select(
-    _lease_taken.c.id,
-    _lease_taken.c.job_type,
-    _lease_taken.c.payload,
-    _lease_taken.c.retry_count,
-    _lease_taken.c.max_retries,
-    _lease_taken.c.created_at,
-    _lease_taken.c.attempt,
-    _lease_taken.c.started_at,
-).order_by(_lease_taken.c.priority.desc(), _lease_taken.c.run_at)
+_running_of_key = jobs.alias("running")
+_lease_keyed = (
+    select(_keyed_rank.c.id)
+    .where(
+        # One job of a key per claim: a lane runs its batch one job after another, so two of
+        # a key in one batch would hold two slots for one run at a time.
+        _keyed_rank.c.rank == literal_column("1"),
+        literal_column("1")
+        + select(func.count())
+        .where(
+            _running_of_key.c.concurrency_key == _keyed_rank.c.concurrency_key,
+            _running_of_key.c.status == literal_column("'processing'"),
+        )
+        .scalar_subquery()
+        <= _keyed_rank.c.concurrency_limit,
+    )
+    .order_by(_keyed_rank.c.priority.desc(), _keyed_rank.c.run_at)
+    .limit(bindparam("limit", type_=Integer))
+    .cte("admitted")
+    .prefix_with("MATERIALIZED")
+)
+JOB_LEASE_CLAIM_KEYED = _lease_claim(traced=False, keyed=True)
+JOB_LEASE_CLAIM_KEYED_TRACED = _lease_claim(traced=True, keyed=True)
+
+# After the database refused a lease claim: the jobs it would have claimed, in its order and
+# unlocked, each then tried alone (JOB_LEASE_TRY_CLAIM, in a transaction rolled back).
+JOB_LEASE_CANDIDATES = (
+    select(jobs.c.id)
+    .where(*_CLAIMABLE, jobs.c.concurrency_key.is_(None))
+    .order_by(*_CLAIM_ORDER)
+    .limit(bindparam("limit", type_=Integer))
+)
+JOB_LEASE_TRY_CLAIM = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("job_id", type_=Uuid))
+    .values(status=literal_column("'processing'"), owner=_owner, attempt=jobs.c.attempt + 1)
+)
 
 # The fencing guard: still running, still this owner's, still this claim.
 _fenced_to = and_(_PROCESSING, jobs.c.owner == _owner)
@@ -692,9 +791,15 @@ _lost_entry = func.jsonb_build_object(
 # the claim), with an error_history entry saying the worker was lost and lost_runs + 1. Not a
 # failed attempt (retry_count stays); a job whose lost runs reach its bound (:max_lost_runs of
 # its type, :default_max_lost_runs for the others) is failed instead, and says why.
+_lost_ids = bindparam("ids", type_=ARRAY(Uuid))
 JOB_LEASE_RETURN_LOST = (
     update(jobs)
-    .where(jobs.c.owner == _dead.c.owner, _PROCESSING, jobs.c.queue == bindparam("queue_name"))
+    .where(
+        jobs.c.owner == _dead.c.owner,
+        _PROCESSING,
+        jobs.c.queue == bindparam("queue_name"),
+        or_(_lost_ids.is_(None), jobs.c.id == any_(_lost_ids)),
+    )
     .values(
         status=case((_stopped, literal_column("'failed'")), else_=_waiting_again),
         owner=null(),
@@ -714,6 +819,37 @@ JOB_LEASE_RETURN_LOST = (
         completed_at=case((_stopped, func.now()), else_=null()),
     )
     .returning(jobs.c.id, jobs.c.status, _dead.c.owner)
+)
+
+# The running jobs of dead owners in :queue_name, one by one: what a sweep whose statement
+# the database refused (one job's row, a trigger) returns each on its own.
+JOB_LEASE_LOST_IDS = select(jobs.c.id).where(
+    jobs.c.owner == _dead.c.owner, _PROCESSING, jobs.c.queue == bindparam("queue_name")
+)
+
+# A job the database refuses to hand out or to return (a lease claim or sweep refused for it):
+# failed, with :error (the refusal) as its message and in its history.
+JOB_LEASE_GIVE_UP = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("job_id", type_=Uuid), or_(_PROCESSING, _WAITING))
+    .values(
+        status=literal_column("'failed'"),
+        owner=null(),
+        error_message=bindparam("error", type_=Text),
+        error_history=jobs.c.error_history.op("||")(
+            func.jsonb_build_array(
+                func.jsonb_build_object(
+                    "attempt",
+                    jobs.c.retry_count + 1,
+                    "error",
+                    bindparam("error", type_=Text),
+                    "at",
+                    _iso(func.now()),
+                )
+            )
+        ),
+        completed_at=func.now(),
+    )
 )
 
 JOB_COUNTS = (
@@ -835,15 +971,13 @@ JOB_TOTALS = (
 _ids = bindparam("ids", type_=ARRAY(Uuid))
 _FINISHED = jobs.c.status.in_([literal_column(repr(s.value)) for s in JOB_FINISHED_STATUSES])
 _other = jobs.alias("other")
-_other_waiting = _other.c.status.in_([literal_column(repr(s.value)) for s in JOB_WAITING_STATUSES])
+_other_holds = _other.c.status.in_([literal_column(repr(s.value)) for s in JOB_DEDUP_STATUSES])
 
-# Another waiting job holds this job's dedup key (uq_jobs_dedup_key allows one): retrying it
+# Another job holds this job's dedup key (uq_jobs_dedup_key allows one): retrying it
 # would break that index, so it is reported instead.
 _DEDUP_HELD = and_(
     jobs.c.dedup_key.is_not(None),
-    exists().where(
-        _other.c.dedup_key == jobs.c.dedup_key, _other_waiting, _other.c.id != jobs.c.id
-    ),
+    exists().where(_other.c.dedup_key == jobs.c.dedup_key, _other_holds, _other.c.id != jobs.c.id),
 )
 # What a retry makes due now: a job that failed for good, or one waiting for a retry later.
 _RETRYABLE = or_(

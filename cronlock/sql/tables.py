@@ -50,6 +50,7 @@ __all__ = [
     "JOBS_NOTIFY_FUNCTION",
     "JOBS_NOTIFY_TRIGGER",
     "JOB_DEDUP_PREDICATE",
+    "JOB_DEDUP_STATUSES",
     "JOB_FINISHED_PREDICATE",
     "JOB_OPEN_PREDICATE",
     "JOB_PROCESSING_PREDICATE",
@@ -114,9 +115,13 @@ def in_list(column: str, values: tuple[str, ...]) -> str:
 
 # The claim's predicate (and the dedup index's): a job that is due to run once run_at comes.
 JOB_WAITING_PREDICATE = in_list("status", JOB_WAITING_STATUSES)
-JOB_DEDUP_PREDICATE = "dedup_key IS NOT NULL AND " + JOB_WAITING_PREDICATE
 # A job the lease mode claimed: committed as running, owned by a live worker (or returned).
 JOB_PROCESSING_PREDICATE = in_list("status", (JobStatus.PROCESSING,))
+# The jobs that hold their dedup key: waiting, and running in the lease mode (migration 0014;
+# the transactional modes' running jobs are still waiting in their row).
+JOB_DEDUP_STATUSES = (*JOB_WAITING_STATUSES, JobStatus.PROCESSING)
+JOB_DEDUP_PREDICATE = "dedup_key IS NOT NULL AND " + in_list("status", JOB_DEDUP_STATUSES)
+JOB_KEYED_WAITING_PREDICATE = "concurrency_key IS NOT NULL AND " + JOB_WAITING_PREDICATE
 # A finished job (completed, failed, cancelled) is one with a completion time.
 JOB_FINISHED_PREDICATE = "completed_at IS NOT NULL"
 # Every job but a completed one: what the dashboard's ix_jobs_open holds.
@@ -171,6 +176,8 @@ jobs = Table(
     # -- tracing (migration 0009) --
     # The enqueuing span's W3C trace context, written only by a traced app (cronlock.tracing).
     Column("trace_context", Text),
+    # -- a job's own timeout in seconds (migration 0014; NULL: its type's) --
+    Column("timeout", Double),
     CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
     CheckConstraint("retry_count >= 0", name="retry_count"),
     CheckConstraint("max_retries >= 0", name="max_retries"),
@@ -181,6 +188,7 @@ jobs = Table(
         "(length(concurrency_key) BETWEEN 1 AND 200 AND concurrency_limit BETWEEN 1 AND 100)",
         name="concurrency",
     ),
+    CheckConstraint("timeout IS NULL OR timeout > 0", name="timeout"),
 )
 
 # Serves the claim: the due rows of one queue in claim order (priority, then due time). A row
@@ -193,7 +201,19 @@ Index(
     postgresql_where=_where(JOB_WAITING_PREDICATE),
 )
 
-# At most one waiting job per dedup key; an index, so it holds under concurrent enqueues.
+# The waiting jobs with a concurrency key, in claim order (migration 0014): what the lease
+# mode's keyed claim reads (sql.JOB_LEASE_KEYS_LOCK, JOB_LEASE_CLAIM_KEYED) without walking the
+# unkeyed backlog; a job without a key is never in it.
+Index(
+    "ix_jobs_keyed_claim",
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    postgresql_where=_where(JOB_KEYED_WAITING_PREDICATE),
+)
+
+# At most one job per dedup key waiting or running (JOB_DEDUP_STATUSES); an index, so it holds
+# under concurrent enqueues.
 Index(
     "uq_jobs_dedup_key",
     jobs.c.dedup_key,

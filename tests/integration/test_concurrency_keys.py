@@ -1,5 +1,5 @@
 """Per-key concurrency limits: at most K jobs with one concurrency key run at once, across
-every lane of every drainer, exclusive or shared, in every transactional commit mode.
+every lane of every drainer, exclusive or shared, in every commit mode.
 
 The jobs count themselves while they run: in this process on a counter of the test's, in
 worker processes on a row of ``gauge`` each updates on a connection of its own (committed at
@@ -71,7 +71,7 @@ async def _statuses(database: Database) -> dict[str, int]:
         return {status: count for status, count in rows}
 
 
-@pytest.mark.parametrize("mode", ["strict", "batch"])
+@pytest.mark.parametrize("mode", ["strict", "batch", "lease"])
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "exclusive"])
 async def test_no_more_than_the_limit_of_a_key_run_at_once_across_lanes_and_drainers(
     database: Database, mode: str, shared: bool
@@ -233,20 +233,3 @@ def test_enqueue_on_the_command_line_takes_a_concurrency_key(database_url: str) 
     )  # fmt: skip
     assert bad.returncode == 2
     assert bad.stderr.strip() == "Error: concurrency_limit needs a concurrency_key"
-
-
-async def test_the_lease_mode_leaves_keyed_jobs_to_the_transactional_modes(
-    database: Database,
-) -> None:
-    # A committed claim would end the slot lock while the job runs: a lease-mode drainer takes
-    # only jobs without a key (and does not spin on the others); strict or batch runs them.
-    async with job_app(database) as app, database.session() as session:
-        await app.enqueue(session, "log", {"n": 1}, concurrency_key="acct-1")
-        await app.enqueue(session, "log", {"n": 2})
-        await session.commit()
-        leased = await app.drain(commit_mode="lease")
-        assert leased.stats["processed"] == 1
-        assert await _statuses(database) == {"completed": 1, "pending": 1}
-        strict = await app.drain()
-        assert strict.stats["processed"] == 1
-    assert await _statuses(database) == {"completed": 2}

@@ -79,7 +79,7 @@ async def _working(*drainers: Drainer) -> AsyncIterator[list[asyncio.Task[object
 
 
 def _drainer(app: App, *, shared: bool, **options: object) -> Drainer:
-    return app.drainer(shared=shared, heartbeat_interval=0.05, poll_interval=0.05, **options)  # type: ignore[arg-type]
+    return app.drainer(shared=shared, heartbeat_interval=0.05, poll_interval=0.05, **options)
 
 
 @pytest.mark.parametrize("mode", ["strict", "batch", "lease"])

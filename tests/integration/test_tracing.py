@@ -50,8 +50,9 @@ def _named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
     return [span for span in spans if span.name == name]
 
 
+@pytest.mark.parametrize("commit_mode", ["strict", "batch", "lease"])
 async def test_a_trace_crosses_the_queue_from_the_request_to_each_attempt(
-    database: Database, exporter: tuple[TracerProvider, InMemorySpanExporter]
+    database: Database, exporter: tuple[TracerProvider, InMemorySpanExporter], commit_mode: str
 ) -> None:
     provider, spans = exporter
     app = _app(database)
@@ -63,12 +64,12 @@ async def test_a_trace_crosses_the_queue_from_the_request_to_each_attempt(
             async with database.session() as session:  # in the caller's transaction too
                 [bad] = await app.enqueue_many(session, "hello", [{"fail": True}])
                 await session.commit()
-        first = await app.drain(max_seconds=30)
+        first = await app.drain(max_seconds=30, commit_mode=commit_mode)
         assert first.stats["processed"] == 1 and first.stats["retried"] == 1
         async with database.connect() as conn:  # the retry is due now, not after its backoff
             await conn.execute(jobs.update().values(run_at=jobs.c.created_at))
             await conn.commit()
-        second = await app.drain(max_seconds=30)
+        second = await app.drain(max_seconds=30, commit_mode=commit_mode)
         assert second.stats["failed"] == 1
     finally:
         await app.aclose()
@@ -107,8 +108,9 @@ async def test_a_trace_crosses_the_queue_from_the_request_to_each_attempt(
         assert "ValueError: told to fail" in (span.status.description or "")
 
 
+@pytest.mark.parametrize("commit_mode", ["strict", "lease"])
 async def test_a_handler_s_cancel_or_snooze_is_its_attempt_s_outcome_not_an_error(
-    database: Database, exporter: tuple[TracerProvider, InMemorySpanExporter]
+    database: Database, exporter: tuple[TracerProvider, InMemorySpanExporter], commit_mode: str
 ) -> None:
     provider, spans = exporter
     app = cronlock.App()
@@ -121,7 +123,7 @@ async def test_a_handler_s_cancel_or_snooze_is_its_attempt_s_outcome_not_an_erro
     instrument(app, tracer_provider=provider)
     try:
         await app.enqueue_many(app.database, "directed", [{"cancel": True}, {"cancel": False}])
-        result = await app.drain(max_seconds=30)
+        result = await app.drain(max_seconds=30, commit_mode=commit_mode)
     finally:
         await app.aclose()
     assert result.stats["cancelled"] == 1

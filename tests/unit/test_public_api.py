@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import re
@@ -79,18 +80,26 @@ def test_the_version_is_semver_and_its_one_source() -> None:
     assert project["tool"]["hatch"]["version"]["path"] == "cronlock/__init__.py"
 
 
-def test_the_drainer_options_are_typed_keywords() -> None:
-    for method in (cronlock.App.drainer, cronlock.App.drain):
-        kinds = {p.kind for name, p in inspect.signature(method).parameters.items()}
-        assert inspect.Parameter.VAR_KEYWORD not in kinds, method
-    # The app gives the drainer its own database, handlers and tracing (cronlock.tracing).
-    given = {"database", "handlers", "tracing"}
-    drainer = set(inspect.signature(cronlock.Drainer).parameters) - given
-    assert drainer == set(inspect.signature(cronlock.App.drainer).parameters) - {"self"}
-    # Each default is the Drainer's own.
-    for name, parameter in inspect.signature(cronlock.App.drainer).parameters.items():
-        if name != "self":
-            assert parameter.default == inspect.signature(cronlock.Drainer).parameters[name].default
+def test_the_drainer_options_are_one_typed_value() -> None:
+    """App.drainer, App.drain and Drainer take one DrainOptions (changed by its own field
+    names, checked when made), not a parameter list of their own each (issue 22, item 4)."""
+    fields = {f.name for f in dataclasses.fields(cronlock.DrainOptions)}
+    assert {"queue", "commit_mode", "batch_size", "sweep_interval", "clock", "rng"} <= fields
+    for method in (cronlock.App.drainer, cronlock.App.drain, cronlock.Drainer):
+        parameters = inspect.signature(method).parameters
+        assert parameters["options"].kind is inspect.Parameter.POSITIONAL_ONLY or (
+            method is cronlock.Drainer
+        )
+        assert not fields & set(parameters), method  # no field re-declared
+    app = cronlock.App()
+    app.use_database("postgresql://localhost/nothing")
+    drainer = app.drainer(cronlock.DrainOptions(commit_mode="lease"), sweep_interval=2.0)
+    assert drainer.options.sweep_interval == 2.0 and drainer.commit_mode.value == "lease"
+    assert drainer.batch_size == 1
+    with pytest.raises(TypeError, match="no_such_option"):
+        app.drainer(no_such_option=1)
+    with pytest.raises(ValueError, match="at least 1"):
+        cronlock.DrainOptions(concurrency=0)
 
 
 def test_tracing_is_public_and_says_which_extra_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
