@@ -7,7 +7,8 @@ only) let a second job take the key while the first ran; the first one's retry t
 index and wedged every lease worker (issue 22). The index now holds the key through the run, as
 the README always said. A database that already holds such a pair keeps the key on the waiting
 job (its enqueuer was told it was created) and releases it from the running one, whose retry
-then deduplicates nothing; the upgrade builds the index (during which enqueues wait).
+then deduplicates nothing. The index is rebuilt online (``cronlock.online``): the new one
+beside the old, then swapped, so a key is never unguarded and no enqueue waits for the build.
 
 ``ix_jobs_keyed_claim`` holds the waiting jobs with a concurrency key in claim order: the lease
 mode now claims them too, and its keyed claim reads this index, never the unkeyed backlog.
@@ -26,10 +27,15 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
+from cronlock import online
+
 revision = "0014"
 down_revision = "0013"
 branch_labels = None
 depends_on = None
+# The previous code works against this schema too (cronlock.online, rule 6): its lease-mode
+# enqueue of a held key now deduplicates, and it reads no column it lacks.
+oldest_code = "0013"
 
 # Spelled here, not read from cronlock.sql.tables: a revision is frozen once released.
 _BEFORE = "dedup_key IS NOT NULL AND status IN ('pending', 'retrying')"
@@ -72,18 +78,18 @@ def upgrade() -> None:
     )
     held = sa.select(jobs.c.id, rank.label("n")).where(sa.text(_NOW)).subquery("held")
     others = sa.select(held.c.id).where(held.c.n > 1)
+    op.add_column(
+        "jobs", sa.Column("timeout", sa.Double(), nullable=True), schema=schema, if_not_exists=True
+    )
+    # A few rows at most (the pairs the old index let in), cleared before the unique build.
     op.execute(jobs.update().where(jobs.c.id.in_(others)).values(dedup_key=None))
-    _index(schema, _NOW)
-    op.create_index(
+    online.add_check("ck_jobs_timeout", "jobs", "timeout IS NULL OR timeout > 0")
+    online.replace_index("uq_jobs_dedup_key", "jobs", ["dedup_key"], unique=True, where=_NOW)
+    online.create_index(
         "ix_jobs_keyed_claim",
         "jobs",
         ["queue", sa.text("priority DESC"), "run_at"],
-        schema=schema,
-        postgresql_where=sa.text(_KEYED),
-    )
-    op.add_column("jobs", sa.Column("timeout", sa.Double(), nullable=True), schema=schema)
-    op.create_check_constraint(
-        op.f("ck_jobs_timeout"), "jobs", "timeout IS NULL OR timeout > 0", schema=schema
+        where=_KEYED,
     )
 
 

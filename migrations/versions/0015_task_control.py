@@ -10,7 +10,7 @@ without rewriting ``runs`` or any index of it; it takes ACCESS EXCLUSIVE on ``ru
 moment only (no table of the queue: enqueue, claim and completion never wait on it).
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-12-02
 """
 
@@ -20,11 +20,11 @@ import sqlalchemy as sa
 from alembic import context, op
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 # The previous code works against this schema too (cronlock.online, rule 6).
-oldest_code = "0013"
+oldest_code = "0014"
 
 
 def _schema() -> str:
