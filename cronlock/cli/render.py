@@ -18,7 +18,7 @@ from .. import embedded
 from ..app import App
 from ..database import Database
 from ..outcome import DrainResult, RunResult, RunStatus
-from ..queue.control import QueueInfo, QueueState
+from ..queue.control import QueueDeletion, QueueInfo, QueueState
 from ..queue.drainer import Drainer
 from ..queue.jobs import Enqueued
 from ..queue.operate import JobChange, JobInfo, JobPage, JobsChanged
@@ -284,7 +284,8 @@ def describe_drain(
 ) -> list[str]:
     stats = result.stats
     if result.status is RunStatus.SKIPPED:
-        return [f"{command} {result.queue}: skipped ({result.skip_reason})"]
+        resume = f"; `cronlock queue resume {result.queue}` claims again" if result.paused else ""
+        return [f"{command} {result.queue}: skipped ({result.skip_reason}{resume})"]
     outcome = (
         result.status.value
         if interrupted is None or result.status is RunStatus.FAILED
@@ -297,6 +298,8 @@ def describe_drain(
         + f" in {stats['elapsed_seconds']} s "
         f"({stats['throughput_per_sec']} jobs/s, p95 {stats['p95_latency_ms']} ms)"
     ]
+    if result.paused:
+        lines.append(f"  queue {result.queue} is paused: nothing is claimed until it is resumed")
     if result.error:
         lines.append(f"  error: {result.error}")
     return lines
@@ -626,6 +629,14 @@ def queue_state(state: QueueState) -> str:
             "" if state.changed else " (it already was)"
         )
     return f"queue {state.name}: running" + ("" if state.changed else " (it was not paused)")
+
+
+def queue_deleted(done: QueueDeletion) -> str:
+    if done.deleted:
+        return f"queue {done.name}: deleted" + (
+            " (it was paused: its drainers claim again)" if done.was_paused else ""
+        )
+    return f"queue {done.name}: not deleted: {done.detail}"
 
 
 def queue_table(queues: list[QueueInfo]) -> list[str]:

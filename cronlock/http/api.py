@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from .. import schema, sql
 from ..app import App
-from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable
+from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable, InvalidJobOption
 from ..outcome import JobStatus
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
 from ..queue.control import QueueInfo, QueueState
@@ -154,6 +154,14 @@ class QueueStateView(BaseModel):
     paused: bool
     paused_at: datetime | None
     changed: bool
+
+
+class QueueDeletionView(BaseModel):
+    queue: str
+    deleted: bool
+    was_paused: bool
+    has_jobs: bool
+    detail: str
 
 
 class QueueView(BaseModel):
@@ -366,8 +374,26 @@ def create_router(
     )
     async def pause_queue(
         name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+        create: bool = False,
     ) -> QueueStateView:
-        return _state(await app.pause_queue(name))
+        try:
+            return _state(await app.pause_queue(name, create=create))
+        except InvalidJobOption as exc:  # a queue nothing knows of: a typo?
+            raise HTTPException(422, str(exc)) from None
+
+    @router.delete(
+        "/queues/{name}",
+        response_model=QueueDeletionView,
+        **guarded("writes", 404, 409, 422),
+        summary="Delete an empty queue's row",
+    )
+    async def delete_queue(
+        name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+    ) -> QueueDeletionView:
+        done = await app.delete_queue(name)
+        if not done.deleted:
+            raise HTTPException(409 if done.has_jobs else 404, done.detail)
+        return QueueDeletionView.model_validate(done.to_dict())
 
     @router.post(
         "/queues/{name}/resume",

@@ -79,7 +79,10 @@ from .locks import (
 )
 from .migrations import SCHEMA_REVISION
 from .queues import (
+    QUEUE_DELETE,
     QUEUE_GET,
+    QUEUE_HAS_JOBS,
+    QUEUE_IS_PAUSED,
     QUEUE_LIST,
     QUEUE_NOTIFY,
     QUEUE_PAUSE,
@@ -211,7 +214,10 @@ __all__ = [
     "METRIC_MARK_TAKE",
     "NO_TIMEOUTS_LOCAL",
     "PING",
+    "QUEUE_DELETE",
     "QUEUE_GET",
+    "QUEUE_HAS_JOBS",
+    "QUEUE_IS_PAUSED",
     "QUEUE_LIST",
     "QUEUE_NOTIFY",
     "QUEUE_PAUSE",
