@@ -216,6 +216,7 @@ def test_openapi_is_complete() -> None:
         "/jobs/{job_id}/retry",
         "/jobs/{job_id}/cancel",
         "/queues",
+        "/queues/{name}",
         "/queues/{name}/pause",
         "/queues/{name}/resume",
         "/runs",
@@ -249,6 +250,7 @@ def test_openapi_describes_the_bearer_scheme() -> None:
         "GET /queues",
         "POST /queues/{name}/pause",
         "POST /queues/{name}/resume",
+        "DELETE /queues/{name}",
         "GET /runs",
         "GET /metrics",
     }
@@ -265,6 +267,7 @@ def test_openapi_describes_the_bearer_scheme() -> None:
         "DELETE /jobs/{job_id}",
         "POST /queues/{name}/pause",
         "POST /queues/{name}/resume",
+        "DELETE /queues/{name}",
     }  # every write needs the token, whatever is public
     assert "securitySchemes" not in create_api(App()).openapi().get("components", {})
 
