@@ -10,7 +10,7 @@ import itertools
 import json
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -469,13 +469,22 @@ def overdue_line(overdue: dict[str, Any], now: datetime | None = None) -> str:
     )
 
 
+def _counts(counts: dict[str, int], capped: Iterable[str]) -> str:
+    """``12 pending, at least 10,000 completed``: a count at the read's cap is a floor."""
+    at_least = set(capped)
+    return ", ".join(
+        f"{'at least ' if status in at_least else ''}{n:,} {status}"
+        for status, n in sorted(counts.items())
+    )
+
+
 def describe_queue(queue: dict[str, Any], now: datetime | None = None) -> list[str]:
     """``cronlock status``'s queue part: a line per queue, the rates over 1, 5 and 15 minutes,
     the drainers and the latest failures in aligned columns."""
     now = now or datetime.now(UTC)
     lines = []
     for entry in queue["queues"]:
-        counts = ", ".join(f"{n:,} {status}" for status, n in sorted(entry["counts"].items()))
+        counts = _counts(entry["counts"], entry.get("counts_capped", ()))
         age = entry["oldest_due_age_seconds"]
         oldest = (
             f"; {entry['due']:,} due, the oldest waiting {ago(age).removesuffix(' ago')}"
@@ -647,7 +656,7 @@ def queue_table(queues: list[QueueInfo]) -> list[str]:
     for queue in queues:
         state = "paused" if queue.paused else "UNSERVED" if queue.unserved else "running"
         age = queue.oldest_due_age_seconds
-        counts = ", ".join(f"{n} {status}" for status, n in sorted(queue.counts.items()))
+        counts = _counts(queue.counts, queue.counts_capped)
         rows.append(
             (
                 queue.name,

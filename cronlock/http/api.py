@@ -169,6 +169,7 @@ class QueueView(BaseModel):
     paused: bool
     paused_at: datetime | None
     counts: dict[str, int]
+    counts_capped: list[str]  # statuses counted up to the cap: at least that many
     due: int
     oldest_due_age_seconds: float | None
     active_drainers: int

@@ -14,10 +14,11 @@ row of a queue no job names, so a queue made by mistake can go.
 
 ``list_queues`` is every queue anything knows of: the jobs table, the queues table, the
 drainers' rows and the app's own handlers and declarations. Per queue it gives the counts by
-status, how many jobs are due and the oldest one's age, the live drainers, whether it is
-paused, and whether it is *unserved*: jobs have been due for longer than ``UNSERVED_AFTER``
-and no live drainer is active for it (``observe.serving``, the rule status and the metrics
-share).
+status (each up to ``observe.serving.COUNT_CAP``, completed up to ``COMPLETED_CAP``, so the read
+is the same at any size; a queue with only completed jobs and nothing else is not listed), how
+many jobs are due and the oldest one's age, the live drainers, whether it is paused, and whether
+it is *unserved*: jobs have been due for longer than ``UNSERVED_AFTER`` and no live drainer is
+active for it (``observe.serving``, the rule status and the metrics share).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from .. import sql
 from ..database import Database
 from ..errors import InvalidJobOption
-from ..observe.serving import is_unserved, live_active
+from ..observe.serving import COMPLETED_CAP, capped_counts, is_unserved, live_active
 from ..sql.tables import jobs_channel
 from .jobs import check_queue
 
@@ -97,6 +98,7 @@ class QueueInfo:
     paused: bool
     paused_at: datetime | None
     counts: dict[str, int] = field(default_factory=dict)
+    counts_capped: tuple[str, ...] = ()  # statuses counted up to COUNT_CAP: at least that
     due: int = 0
     oldest_due_age_seconds: float | None = None
     active_drainers: int = 0
@@ -110,6 +112,7 @@ class QueueInfo:
             "paused": self.paused,
             "paused_at": _iso(self.paused_at),
             "counts": dict(self.counts),
+            "counts_capped": list(self.counts_capped),
             "due": self.due,
             "oldest_due_age_seconds": self.oldest_due_age_seconds,
             "active_drainers": self.active_drainers,
@@ -183,18 +186,17 @@ async def list_queues(database: Database, handled: Iterable[str] = ()) -> list[Q
     """Every queue known to the tables or in ``handled`` (the app's own queues), by name."""
     here = set(handled)
     async with database.connect() as conn:
-        counts: dict[str, dict[str, int]] = {}
-        for queue, status, count in await conn.execute(sql.JOB_COUNTS):
-            counts.setdefault(queue, {})[status] = count
         due = {row.queue: row for row in await conn.execute(sql.JOB_OLDEST_DUE)}
         paused = {row.name: row.paused_at for row in await conn.execute(sql.QUEUE_LIST)}
         drainers = (await conn.execute(sql.WORKER_LIST)).mappings().all()
+        known = set(due) | set(paused) | {row["queue"] for row in drainers} | here
+        counts, capped = await capped_counts(conn, known, completed_cap=COMPLETED_CAP)
     active = live_active(drainers)
     standby: dict[str, int] = {}
     for row in drainers:
         if row["alive"] and row["state"] == "standby":
             standby[row["queue"]] = standby.get(row["queue"], 0) + 1
-    names = sorted(set(counts) | set(due) | set(paused) | {row["queue"] for row in drainers} | here)
+    names = sorted(set(counts) | known)
     found = []
     for name in names:
         waiting = due.get(name)
@@ -211,6 +213,7 @@ async def list_queues(database: Database, handled: Iterable[str] = ()) -> list[Q
                 paused=since is not None,
                 paused_at=since,
                 counts=counts.get(name, {}),
+                counts_capped=tuple(sorted(capped.get(name, ()))),
                 due=number,
                 oldest_due_age_seconds=age,
                 active_drainers=active.get(name, 0),

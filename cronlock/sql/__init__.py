@@ -108,7 +108,6 @@ from .rollups import (
 )
 from .runs import (
     RUN_CHUNK_COMMIT,
-    RUN_CLAIMING_RECENT_PER_TASK,
     RUN_FINISH,
     RUN_GET,
     RUN_INSERT,
@@ -118,7 +117,6 @@ from .runs import (
     RUN_LAST_REAL_PER_TASK,
     RUN_LAST_SLOT,
     RUN_LAST_SLOT_PER_TASK,
-    RUN_LAST_SUCCESS_PER_TASK,
     RUN_LATEST_PER_TASK,
     RUN_OF_TASK_SINCE,
     RUN_OUTCOMES_PER_TASK,
@@ -225,7 +223,6 @@ __all__ = [
     "QUEUE_RESUME",
     "RUNS_MARK",
     "RUN_CHUNK_COMMIT",
-    "RUN_CLAIMING_RECENT_PER_TASK",
     "RUN_FINISH",
     "RUN_GET",
     "RUN_INSERT",
@@ -235,7 +232,6 @@ __all__ = [
     "RUN_LAST_REAL_PER_TASK",
     "RUN_LAST_SLOT",
     "RUN_LAST_SLOT_PER_TASK",
-    "RUN_LAST_SUCCESS_PER_TASK",
     "RUN_LATEST_PER_TASK",
     "RUN_MARK_GET",
     "RUN_MARK_MOVE",

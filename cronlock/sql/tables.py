@@ -248,6 +248,12 @@ Index(
 Index("ix_jobs_snoozed", jobs.c.queue, postgresql_where=_where(JOB_SNOOZED_PREDICATE))
 
 
+# Every job by creation time (migration 0016): the operator's list (GET /jobs, jobs list),
+# newest first with a keyset cursor on (created_at, id), is a backward range of it, whatever
+# the table holds; its filters are checked on the rows the walk meets.
+Index("ix_jobs_created", jobs.c.created_at, jobs.c.id)
+
+
 def jobs_channel(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema's jobs (PostgreSQL cuts channels at 63 bytes)."""
     return f"{schema}.jobs"[:63]
