@@ -17,7 +17,7 @@ from typing import Any
 from .. import embedded
 from ..app import App
 from ..database import Database
-from ..outcome import DrainResult, RunResult, RunStatus
+from ..outcome import DrainResult, JobStatus, RunResult, RunStatus
 from ..queue.control import QueueDeletion, QueueInfo, QueueState
 from ..queue.drainer import Drainer
 from ..queue.jobs import Enqueued
@@ -224,12 +224,12 @@ def describe(result: RunResult) -> list[str]:
         }.get(result.skip_reason or "", result.error or "")
         return [f"{result.task}: skipped ({result.skip_reason}: {why})"]
     lines = [
-        f"{result.task}: {result.status.value} — {result.items_ok} items ok, "
-        f"{result.items_failed} failed, {result.duration_ms:.0f} ms (slot {_iso(result.slot)})"
+        f"{result.task}: {result.status.value} — {_plural(result.items_ok, 'item')} ok, "
+        f"{result.items_failed:,} failed, {result.duration_ms:.0f} ms (slot {_iso(result.slot)})"
     ]
     if result.error:
         kept = (
-            f"its {result.chunks} committed chunk(s), {result.items_ok} items, stay"
+            f"its {result.chunks} committed chunk(s), {_plural(result.items_ok, 'item')}, stay"
             if result.chunks
             else "nothing of the run was committed"
         )
@@ -291,12 +291,13 @@ def describe_drain(
         if interrupted is None or result.status is RunStatus.FAILED
         else f"interrupted ({interrupted.name})"
     )
+    # The latency is of completed jobs: with none, there is no figure to show.
+    latency = f", p95 {stats['p95_latency_ms']} ms" if stats["processed"] else ""
     lines = [
         f"{command} {result.queue}: {outcome} — {stats['processed']} completed, "
         f"{stats['retried']} retrying, {stats['failed']} failed"
         + "".join(f", {stats[key]} {key}" for key in ("cancelled", "snoozed") if stats.get(key))
-        + f" in {stats['elapsed_seconds']} s "
-        f"({stats['throughput_per_sec']} jobs/s, p95 {stats['p95_latency_ms']} ms)"
+        + f" in {stats['elapsed_seconds']} s ({stats['throughput_per_sec']} jobs/s{latency})"
     ]
     if result.paused:
         lines.append(f"  queue {result.queue} is paused: nothing is claimed until it is resumed")
@@ -356,6 +357,11 @@ def describe_status(report: dict[str, Any], now: datetime | None = None) -> list
         runs = entry["last_runs"]
         real = entry.get("last_real_run")
         lines.append(f"{entry['task']}: {health_line(entry, now)}")
+        if entry.get("registered") is False:
+            lines.append(
+                "  not a task of this app: its runs are in this schema (another app sharing "
+                "it, or a task since removed)"
+            )
         if entry.get("overdue"):
             lines.append("  " + overdue_line(entry["overdue"]))
         shown = list(runs)
@@ -441,8 +447,8 @@ def health_line(entry: dict[str, Any], now: datetime | None = None) -> str:
     late = (
         "no timed runs yet"
         if not lateness
-        else f"late {_ms(lateness['last'])} last, {_ms(lateness['mean'])} mean, "
-        f"{_ms(lateness['max'])} max over {_plural(lateness['runs'], 'run')}"
+        else f"late {_late(lateness['last'])} last, {_late(lateness['mean'])} mean, "
+        f"{_late(lateness['max'])} max over {_plural(lateness['runs'], 'run')}"
     )
     success = entry.get("last_success")
     last = f"{_ago(success, now)} ({_clock(success, now)})" if success else "never"
@@ -459,6 +465,12 @@ def _plural(count: int, noun: str) -> str:
 
 def _ms(value: float) -> str:
     return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
+
+
+def _late(value: float) -> str:
+    """A lateness; a run that started before its slot (the scheduler's ``early`` window, a
+    clock ahead) is early, not late by a negative amount."""
+    return _ms(value) if value >= 0 else f"early {_ms(-value)}"
 
 
 def overdue_line(overdue: dict[str, Any], now: datetime | None = None) -> str:
@@ -595,7 +607,8 @@ def job_lines(job: JobInfo) -> list[str]:
     ]
     if job.cancel_requested_at is not None:
         lines.append(f"  cancel      requested {job.cancel_requested_at.isoformat()}")
-    if job.error_message:
+    if job.error_message and job.status is not JobStatus.COMPLETED:
+        # A completed job's error_message is an earlier attempt's: the history says it.
         lines.append(f"  error       {job.error_message}")
     for entry in job.error_history:
         lines.append(f"  attempt {entry.get('attempt')} at {entry.get('at')}: {_entry(entry)}")

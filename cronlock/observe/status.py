@@ -59,6 +59,8 @@ async def collect(
         "tasks": [
             {
                 "task": name,
+                # False: rows in the schema, no task of this app (another app's, or removed).
+                "registered": name in app.tasks,
                 "last_runs": by_task.get(name, []),
                 "last_real_run": last_real.get(name),
                 **health.get(name, _NO_HEALTH),

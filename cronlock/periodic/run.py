@@ -727,7 +727,8 @@ def _log_outcome(outcome: RunResult) -> None:
     if outcome.skip_reason is not None:
         what = f"{what} ({outcome.skip_reason})"
     elif outcome.items_ok or outcome.items_failed:
-        what = f"{what}: {outcome.items_ok} items ok, {outcome.items_failed} failed"
+        items = "1 item" if outcome.items_ok == 1 else f"{outcome.items_ok} items"
+        what = f"{what}: {items} ok, {outcome.items_failed} failed"
     runs_logger.info(
         "%s %s: %s in %.0f ms (run %s, %s)",
         outcome.task,
