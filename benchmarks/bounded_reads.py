@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -37,7 +36,7 @@ import httpx
 
 from cronlock.http import create_api
 
-from .dashboard_overview import app, seed_tables
+from .dashboard_overview import app, print_figures, seed_tables, summary
 from .run import DEFAULT_SERVER, write_check
 from .scratch import scratch_database, with_schema
 
@@ -47,17 +46,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token"
 DEEP = 100  # the page GET /jobs is timed at, besides the first
 COUNT = "SELECT (SELECT count(*) FROM cronlock.jobs), (SELECT count(*) FROM cronlock.runs)"
-
-
-def _summary(times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-    return {
-        "median_ms": round(statistics.median(ordered), 1),
-        "p95_ms": round(ordered[max(0, int(len(ordered) * 0.95) - 1)], 1),
-        "min_ms": round(ordered[0], 1),
-        "max_ms": round(ordered[-1], 1),
-        "n": len(ordered),
-    }
 
 
 async def _seed(url: str, jobs: int, runs: int) -> tuple[int, int]:
@@ -131,7 +119,7 @@ async def measure(server: str, *, jobs: int, runs: int, rounds: int) -> dict[str
         "runs": run_count,
         "seed_seconds": seeded_s,
         "rounds": rounds,
-        "reads": {name: _summary(found) for name, found in times.items()},
+        "reads": {name: summary(found) for name, found in times.items()},
     }
 
 
@@ -145,16 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     result = asyncio.run(measure(args.server, jobs=args.jobs, runs=args.runs, rounds=args.rounds))
     out = asyncio.run(write_check("bounded-reads", started, args.server, result))
-    print(
-        f"{result['jobs']:,} jobs, {result['runs']:,} runs (seeded in {result['seed_seconds']} s)"
-    )
-    width = max(len(name) for name in result["reads"])
-    for name, figures in result["reads"].items():
-        print(
-            f"{name:<{width}}  median {figures['median_ms']:>7.1f} ms  "
-            f"p95 {figures['p95_ms']:>7.1f} ms  ({figures['min_ms']}..{figures['max_ms']}, "
-            f"n={figures['n']})"
-        )
+    print_figures(result, result["reads"])
     print(f"written to {out.relative_to(ROOT)}")
     return 0
 

@@ -56,6 +56,9 @@ logger = logging.getLogger("cronlock.http")
 # Where `cronlock serve` (create_api) mounts the dashboard; / redirects there.
 DASHBOARD_PATH = "/dashboard"
 
+# A queue's name in a route's path, with the Python API's limits.
+QueueName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
+
 
 class ErrorBody(BaseModel):
     """Every error answer: one readable line, and the field errors for a 422."""
@@ -374,7 +377,7 @@ def create_router(
         summary="Pause a queue for every drainer",
     )
     async def pause_queue(
-        name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+        name: QueueName,
         create: bool = False,
     ) -> QueueStateView:
         try:
@@ -389,7 +392,7 @@ def create_router(
         summary="Delete an empty queue's row",
     )
     async def delete_queue(
-        name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+        name: QueueName,
     ) -> QueueDeletionView:
         done = await app.delete_queue(name)
         if not done.deleted:
@@ -403,7 +406,7 @@ def create_router(
         summary="Resume a paused queue",
     )
     async def resume_queue(
-        name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+        name: QueueName,
     ) -> QueueStateView:
         return _state(await app.resume_queue(name))
 
