@@ -7,8 +7,8 @@ of a batch finishes the jobs it holds and its next claim finds none. The idle dr
 at the next due job reads it too, so they wait instead of spinning; a resume's notification
 wakes them at once (without LISTEN, behind PgBouncer, at their next poll).
 
-A name is checked where it is typed: pausing a queue that nothing knows of (no job names it,
-it has no row, and no handler or declaration of the app routes to it) is refused unless
+A name is checked where it is typed: pausing a queue that nothing knows of (no job or drainer
+names it, it has no row, and no handler or declaration of the app routes to it) is refused unless
 ``create`` (a typo would otherwise be a paused queue for ever). ``delete_queue`` removes the
 row of a queue no job names, so a queue made by mistake can go.
 
@@ -130,10 +130,10 @@ async def _set(
         if not create and name not in set(known):
             given = {"queue_name": name}
             has_row = (await conn.execute(sql.QUEUE_GET, given)).first() is not None
-            if not has_row and not (await conn.execute(sql.QUEUE_HAS_JOBS, given)).scalar_one():
+            if not has_row and not (await conn.execute(sql.QUEUE_IN_USE, given)).scalar_one():
                 raise InvalidJobOption(
-                    f"no queue {name!r}: no job names it, it was never paused and no handler "
-                    "routes to it (a typo?); --create (create=True) pauses it anyway"
+                    f"no queue {name!r}: no job or drainer names it, it was never paused and no "
+                    "handler routes to it (a typo?); --create (create=True) pauses it anyway"
                 )
         statement = sql.QUEUE_PAUSE if pause else sql.QUEUE_RESUME
         changed = (await conn.execute(statement, {"queue_name": name})).first() is not None

@@ -10,15 +10,16 @@ notification only wakes idle drainers at once on a resume.
 
 from __future__ import annotations
 
-from sqlalchemy import Text, bindparam, delete, exists, func, select, update
+from sqlalchemy import Text, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from .tables import jobs, queues
+from .tables import jobs, queues, workers
 
 __all__ = [
     "QUEUE_DELETE",
     "QUEUE_GET",
     "QUEUE_HAS_JOBS",
+    "QUEUE_IN_USE",
     "QUEUE_IS_PAUSED",
     "QUEUE_LIST",
     "QUEUE_NOTIFY",
@@ -57,6 +58,11 @@ QUEUE_GET = select(queues).where(queues.c.name == _name)
 # Whether any job (in any status) names the queue: the first row found ends the scan; a
 # queue no job names scans the table once (an operator's command, not a hot path).
 QUEUE_HAS_JOBS = select(exists().where(jobs.c.queue == _name))
+
+# Whether anything names the queue: a job, or a drainer's row (a worker of another app).
+QUEUE_IN_USE = select(
+    or_(exists().where(jobs.c.queue == _name), exists().where(workers.c.queue == _name))
+)
 
 # Delete a queue's row only while no job names it, in one statement (an enqueue needs no row:
 # nothing waits on it).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +16,7 @@ from sqlalchemy import insert
 from waiting import eventually
 
 from cronlock import Database
-from cronlock.sql.tables import jobs
+from cronlock.sql.tables import jobs, workers
 
 APP = ("--app", "testapps.jobs")
 
@@ -205,8 +206,12 @@ async def test_a_typod_queue_is_refused_and_a_made_one_can_be_deleted(
     assert "no queue 'nosuchqueue'" in line and "--create" in line
     listed = as_json(await cli("queue", "list", "--json", database_url=database_url))
     assert "nosuchqueue" not in {q["queue"] for q in listed["queues"]}
-    # A queue jobs name is known without a row; --create makes one nothing knows of.
+    # A queue jobs or a drainer (another app's worker) name is known without a row; --create
+    # makes one nothing knows of.
     assert (await cli("queue", "pause", "busy", database_url=database_url)).returncode == 0
+    async with database.engine.begin() as conn:
+        await conn.execute(insert(workers).values(id=uuid.uuid4(), queue="remote", state="standby"))
+    assert (await cli("queue", "pause", "remote", database_url=database_url)).returncode == 0
     made = await cli("queue", "pause", "later", "--create", "--json", database_url=database_url)
     assert made.returncode == 0 and as_json(made)["paused"] is True
     # Delete: refused while jobs name the queue, done for the empty one, then nothing to do.
