@@ -40,7 +40,7 @@ import cronlock
 from .run import DEFAULT_SERVER, write_check
 from .scratch import scratch_database, with_schema
 
-__all__ = ["app", "main", "measure"]
+__all__ = ["app", "main", "measure", "print_figures", "summary"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-token"
@@ -172,7 +172,7 @@ async def _status_ms(url: str, rounds: int) -> list[float]:
         await app.aclose()
 
 
-def _summary(times: list[float]) -> dict[str, float]:
+def summary(times: list[float]) -> dict[str, float]:
     ordered = sorted(times)
     return {
         "median_ms": round(statistics.median(ordered), 1),
@@ -254,8 +254,8 @@ async def measure(server: str, *, jobs: int, runs: int, requests: int) -> dict[s
         "runs": run_count,
         "seed_seconds": seeded_s,
         "requests_per_page": requests,
-        "pages": {name: _summary(found) for name, found in times.items()},
-        "cronlock status (App.status, in process)": _summary(status_times),
+        "pages": {name: summary(found) for name, found in times.items()},
+        "cronlock status (App.status, in process)": summary(status_times),
     }
 
 
@@ -271,21 +271,29 @@ def main(argv: list[str] | None = None) -> int:
         measure(args.server, jobs=args.jobs, runs=args.runs, requests=args.requests)
     )
     out = asyncio.run(write_check("dashboard-overview", started, args.server, result))
-    width = max(len(name) for name in result["pages"])
+    print_figures(
+        result,
+        {
+            **result["pages"],
+            "cronlock status (App.status)": result["cronlock status (App.status, in process)"],
+        },
+    )
+    print(f"written to {out.relative_to(ROOT)}")
+    return 0
+
+
+def print_figures(result: dict[str, Any], figures: dict[str, dict[str, float]]) -> None:
+    """The seed's size, then a line per read: median, p95, range and count."""
     print(
         f"{result['jobs']:,} jobs, {result['runs']:,} runs (seeded in {result['seed_seconds']} s)"
     )
-    for name, figures in [
-        *result["pages"].items(),
-        ("cronlock status (App.status)", result["cronlock status (App.status, in process)"]),
-    ]:
-        median, p95 = figures["median_ms"], figures["p95_ms"]
+    width = max(len(name) for name in figures)
+    for name, each in figures.items():
+        median, p95 = each["median_ms"], each["p95_ms"]
         print(
             f"{name:<{width}}  median {median:>7.1f} ms  p95 {p95:>7.1f} ms"
-            f"  ({figures['min_ms']}..{figures['max_ms']}, n={figures['n']})"
+            f"  ({each['min_ms']}..{each['max_ms']}, n={each['n']})"
         )
-    print(f"written to {out.relative_to(ROOT)}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -792,15 +792,23 @@ class App:
         return await operate.change_jobs(self.database, operate.Verb.DELETE, where)
 
     @_schema_checked
-    async def pause_queue(self, queue: str) -> control.QueueState:
+    async def pause_queue(self, queue: str, *, create: bool = False) -> control.QueueState:
         """Pause ``queue`` for every drainer on every host: from the commit on they claim
-        nothing; what they hold (a batch in flight) they finish."""
-        return await control.pause_queue(self.database, queue)
+        nothing; what they hold (a batch in flight) they finish. A queue nothing knows of (no
+        job, no row, no handler or declaration of this app) is refused (``InvalidJobOption``:
+        a typo) unless ``create``; ``default`` is always known."""
+        here = {DEFAULT_QUEUE} | {defaults.queue for defaults in self.job_types.values()}
+        return await control.pause_queue(self.database, queue, known=here, create=create)
 
     @_schema_checked
     async def resume_queue(self, queue: str) -> control.QueueState:
         """Resume ``queue``: its drainers are woken by a notification and claim again."""
         return await control.resume_queue(self.database, queue)
+
+    @_schema_checked
+    async def delete_queue(self, queue: str) -> control.QueueDeletion:
+        """Remove ``queue``'s row (and its pause) if no job names it; ``deleted`` says whether."""
+        return await control.delete_queue(self.database, queue)
 
     @_schema_checked
     async def queues(self) -> list[control.QueueInfo]:

@@ -14,9 +14,13 @@ as working directory and none of the user's shell settings. So each line names e
 * a ``drain`` line every minute per queue when the app registers job handlers, and a
   ``prune`` line (the built-in retention) unless the app turned it off.
 
-Debian's cron ignores ``CRON_TZ`` and fires every line in its own zone (``/etc/localtime``),
-so a task whose zone is another would fire at the wrong times: such a task is refused with
-one line (``--cron-timezone`` states the zone of the host the lines are for). cronie honours
+``--task`` narrows the lines to the tasks named, ``drain`` and ``prune`` (the built-ins)
+included. Debian's cron ignores ``CRON_TZ`` and fires every line in its own zone
+(``/etc/localtime``), so a task whose zone is another would fire at the wrong times: it gets
+no line, and one stderr line (``left_out``) says why and what to do, while every other line is
+printed (``--cron-timezone`` states the zone of the host the lines are for). Only when no line
+at all is left is it an error: a crontab of comments, piped to ``crontab -``, would replace the
+user's crontab with nothing. cronie honours
 ``CRON_TZ``, but by its own account misses or doubles jobs at the DST changes of that zone,
 so cronlock never prints it. ``crontab.example`` is the output for ``tasks/``.
 """
@@ -34,14 +38,16 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .app import App
+from .app import RESERVED_NAMES, App
 from .errors import ConfigurationError
+from .retention import PRUNE_TASK
 
 __all__ = [
     "CrontabSetup",
     "default_cronlock",
     "default_log",
     "host_timezone",
+    "left_out",
     "render",
     "same_clock",
     "setup_for",
@@ -179,24 +185,43 @@ def _command_field(text: str) -> str:
     return text.replace("%", "\\%")
 
 
-def _check(app: App, setup: CrontabSetup) -> list[str]:
-    names = sorted(app.tasks) if setup.tasks is None else list(setup.tasks)
+def left_out(app: App, setup: CrontabSetup) -> list[str]:
+    """Why each task asked for (every task by default) that cron here cannot fire at its times
+    has no line: one sentence per zone, for stderr. The others' lines are printed."""
+    foreign: dict[str, list[str]] = {}
+    for name in _task_names(app, setup):
+        zone = app.task(name).schedule.timezone
+        if not same_clock(zone, setup.cron_timezone):
+            foreign.setdefault(zone.key or str(zone), []).append(name)
+    return [
+        f"left out: {', '.join(map(repr, names))} run(s) in {zone} but cron here runs in "
+        f"{_zone_name(setup.cron_timezone)}, and Debian's cron ignores CRON_TZ (cronie "
+        "honours it but misses or doubles jobs at its DST changes): fire them with "
+        f"`cronlock scheduler --task {names[0]}`, give them the host's zone, or print their "
+        "lines for a host in their zone with --cron-timezone"
+        for zone, names in sorted(foreign.items())
+    ]
+
+
+def _task_names(app: App, setup: CrontabSetup) -> list[str]:
+    """The periodic tasks asked for; the built-ins ``drain`` and ``prune`` are not tasks."""
+    if setup.tasks is None:
+        return sorted(app.tasks)
+    names = [name for name in setup.tasks if name not in RESERVED_NAMES]
     for name in names:
         app.task(name)  # an unknown name is the usual one-line error
-    foreign = [
+    if PRUNE_TASK in setup.tasks and app.retention is None:
+        raise ConfigurationError("no prune line: retention is off for this app")
+    return names
+
+
+def _check(app: App, setup: CrontabSetup) -> list[str]:
+    """The tasks whose lines are printed: those asked for that cron here fires on time."""
+    names = [
         name
-        for name in names
-        if not same_clock(app.task(name).schedule.timezone, setup.cron_timezone)
+        for name in _task_names(app, setup)
+        if same_clock(app.task(name).schedule.timezone, setup.cron_timezone)
     ]
-    if foreign:
-        zones = sorted({app.task(n).schedule.timezone.key for n in foreign})
-        raise ConfigurationError(
-            f"task(s) {', '.join(map(repr, foreign))} run in {', '.join(zones)} but cron here "
-            f"runs in {_zone_name(setup.cron_timezone)}, and Debian's cron ignores CRON_TZ: "
-            "it would fire them at the wrong times. Give them the host's timezone, print for "
-            "a host in their zone with --cron-timezone, fire them with `cronlock scheduler`, "
-            "or leave them out with --task"
-        )
     if setup.env_file is None and setup.database_url and has_password(setup.database_url):
         raise ConfigurationError(
             "the database URL has a password, which a crontab line would show: put "
@@ -207,7 +232,8 @@ def _check(app: App, setup: CrontabSetup) -> list[str]:
 
 
 def render(app: App, setup: CrontabSetup) -> str:
-    """The crontab text for ``setup``; ConfigurationError when no line would be right."""
+    """The crontab text for ``setup``: every line it can print (``left_out`` says why the rest
+    have none); ConfigurationError when no line would be right."""
     names = _check(app, setup)
     options = [f"--app {shlex.quote(setup.app_spec)}"]
     if setup.schema:
@@ -250,14 +276,21 @@ def render(app: App, setup: CrontabSetup) -> str:
     for name in names:
         task = app.task(name)
         out.append(line(task.schedule.expression, f"run {shlex.quote(name)}"))
-    if setup.tasks is None:
+    printed = len(names)
+    if setup.tasks is None or "drain" in setup.tasks:
         for queue in sorted({handler.queue for handler in app.handlers.values()}):
             chosen = "" if queue == "default" else f" --queue {shlex.quote(queue)}"
             out.append(line("* * * * *", f"drain --max-seconds {DRAIN_SECONDS}{chosen}"))
-        if app.retention is not None:
-            # The built-in retention (App(retention=False) leaves it out). It has no slots, so
-            # cron's zone does not matter to it.
-            out.append(line(app.retention.cron, "prune"))
+            printed += 1
+    if (setup.tasks is None or PRUNE_TASK in setup.tasks) and app.retention is not None:
+        # The built-in retention (App(retention=False) leaves it out). It has no slots, so
+        # cron's zone does not matter to it.
+        out.append(line(app.retention.cron, PRUNE_TASK))
+        printed += 1
+    if not printed and (setup.tasks is not None or left_out(app, setup)):
+        # A crontab of comments only, piped to `crontab -`, would replace the user's with none.
+        why = left_out(app, setup) or ["no line: the app has no job handler for --task drain"]
+        raise ConfigurationError(f"nothing to print: {why[0]}")
     return "".join(out)
 
 

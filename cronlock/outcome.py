@@ -214,6 +214,7 @@ class DrainResult:
     stats: dict[str, Any]
     skip_reason: str | None = None
     error: str | None = None
+    paused: bool = False  # the queue was paused when the drainer started or ended
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -222,5 +223,6 @@ class DrainResult:
             "status": self.status.value,
             "skip_reason": self.skip_reason,
             "error": self.error,
+            "paused": self.paused,
             **self.stats,
         }

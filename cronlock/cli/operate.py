@@ -1,5 +1,5 @@
 """Operating the queue from the shell: ``jobs list|show|retry|cancel|delete`` and
-``queue list|pause|resume`` (``App.list_jobs``, ``App.retry_job``, ``App.pause_queue``, …).
+``queue list|pause|resume|delete`` (``App.list_jobs``, ``App.retry_job``, ``App.pause_queue``, …).
 
 Every command takes ``--json`` (one JSON object on stdout) and the jobs' filters (``--status``,
 ``--queue``, ``--type``, ``--since``, ``--until``). ``retry``, ``cancel`` and ``delete`` act on
@@ -248,7 +248,7 @@ delete.help = """Delete finished jobs (completed, failed, cancelled): ID, or eve
 
 @click.group("queue")
 def queue_group() -> None:
-    """Queue control for every drainer on every host: list, pause, resume."""
+    """Queue control for every drainer on every host: list, pause, resume, delete."""
 
 
 @queue_group.command("list")
@@ -274,6 +274,7 @@ def _pause_command(name: str, pause: bool) -> Any:
         options: Options,
         queue: str,
         as_json: bool,
+        create: bool = False,
         wait_idle: bool = False,
         timeout: float = 0.0,
     ) -> None:
@@ -281,7 +282,8 @@ def _pause_command(name: str, pause: bool) -> Any:
         options.database(app)
 
         async def act() -> tuple[control.QueueState, control.Running | None]:
-            state = await (app.pause_queue(queue) if pause else app.resume_queue(queue))
+            changed = app.pause_queue(queue, create=create) if pause else app.resume_queue(queue)
+            state = await changed
             if not wait_idle:
                 return state, None
             return state, await control.wait_idle(app.database, queue, within=timeout)
@@ -315,9 +317,31 @@ def _pause_command(name: str, pause: bool) -> Any:
     return queue_group.command(name)(command)
 
 
-pause = _pause_command("pause", True)
+pause = click.option(
+    "--create",
+    is_flag=True,
+    help="Pause a queue nothing knows of yet (no job, no row, no handler routed to it).",
+)(_pause_command("pause", True))
 pause.help = """Pause QUEUE: its drainers, on every host, finish what they hold and claim
-    nothing until it is resumed. With --wait-idle, then wait until none of its jobs runs:
-    exit 0 once idle, 3 if jobs still run at --timeout (the queue stays paused)."""
+    nothing until it is resumed. A queue with no jobs, no row and no handler routed to it is
+    refused (exit 2: a typo?) unless --create. With --wait-idle, then wait until none of its
+    jobs runs: exit 0 once idle, 3 if jobs still run at --timeout (the queue stays paused)."""
 resume = _pause_command("resume", False)
 resume.help = """Resume QUEUE: its drainers are woken at once and claim again."""
+
+
+@queue_group.command("delete")
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_options
+def delete_queue(options: Options, queue: str, as_json: bool) -> None:
+    """Delete QUEUE's row (and its pause) when no job names it: exit 0 deleted, 1 not (jobs
+    name it, or it has no row)."""
+    app = options.load_app()
+    options.database(app)
+    done = run(lambda: app.delete_queue(queue), app)
+    if as_json:
+        click.echo(json.dumps(done.to_dict()))
+    else:
+        click.echo(render.queue_deleted(done))
+    exit_with(EXIT_OK if done.deleted else EXIT_FAILED)

@@ -304,7 +304,7 @@ def drain_queue(
     type=click.IntRange(0, 255),
     default=EXIT_OK,
     show_default=True,
-    help="Exit code when another drainer is active.",
+    help="Exit code when another drainer is active or the queue is paused.",
 )
 @_drainer_options
 @pass_options
@@ -321,7 +321,8 @@ def drain(
     grace_period: float,
 ) -> None:
     """Process due jobs until none is due or S seconds passed; skip if another (exclusive)
-    drainer is active. Exit 0 all went well, 3 some attempts failed, 1 the drainer failed,
+    drainer is active or the queue is paused (skipped: exit 0, or --skipped-exit-code). Exit 0
+    all went well, 3 some attempts failed, 1 the drainer failed,
     2 exclusive and shared drainers met on the queue, 130/143 interrupted by SIGINT/SIGTERM (a
     second signal aborts the jobs in flight)."""
     drain_options = DrainOptions(

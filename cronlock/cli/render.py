@@ -10,15 +10,15 @@ import itertools
 import json
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from .. import embedded
 from ..app import App
 from ..database import Database
-from ..outcome import DrainResult, RunResult, RunStatus
-from ..queue.control import QueueInfo, QueueState, Running
+from ..outcome import DrainResult, JobStatus, RunResult, RunStatus
+from ..queue.control import QueueDeletion, QueueInfo, QueueState, Running
 from ..queue.drainer import Drainer
 from ..queue.jobs import Enqueued
 from ..queue.operate import JobChange, JobInfo, JobPage, JobsChanged
@@ -227,12 +227,12 @@ def describe(result: RunResult) -> list[str]:
         }.get(result.skip_reason or "", result.error or "")
         return [f"{result.task}: skipped ({result.skip_reason}: {why})"]
     lines = [
-        f"{result.task}: {result.status.value} — {result.items_ok} items ok, "
-        f"{result.items_failed} failed, {result.duration_ms:.0f} ms (slot {_iso(result.slot)})"
+        f"{result.task}: {result.status.value} — {_plural(result.items_ok, 'item')} ok, "
+        f"{result.items_failed:,} failed, {result.duration_ms:.0f} ms (slot {_iso(result.slot)})"
     ]
     if result.error:
         kept = (
-            f"its {result.chunks} committed chunk(s), {result.items_ok} items, stay"
+            f"its {result.chunks} committed chunk(s), {_plural(result.items_ok, 'item')}, stay"
             if result.chunks
             else "nothing of the run was committed"
         )
@@ -291,19 +291,23 @@ def describe_drain(
 ) -> list[str]:
     stats = result.stats
     if result.status is RunStatus.SKIPPED:
-        return [f"{command} {result.queue}: skipped ({result.skip_reason})"]
+        resume = f"; `cronlock queue resume {result.queue}` claims again" if result.paused else ""
+        return [f"{command} {result.queue}: skipped ({result.skip_reason}{resume})"]
     outcome = (
         result.status.value
         if interrupted is None or result.status is RunStatus.FAILED
         else f"interrupted ({interrupted.name})"
     )
+    # The latency is of completed jobs: with none, there is no figure to show.
+    latency = f", p95 {stats['p95_latency_ms']} ms" if stats["processed"] else ""
     lines = [
         f"{command} {result.queue}: {outcome} — {stats['processed']} completed, "
         f"{stats['retried']} retrying, {stats['failed']} failed"
         + "".join(f", {stats[key]} {key}" for key in ("cancelled", "snoozed") if stats.get(key))
-        + f" in {stats['elapsed_seconds']} s "
-        f"({stats['throughput_per_sec']} jobs/s, p95 {stats['p95_latency_ms']} ms)"
+        + f" in {stats['elapsed_seconds']} s ({stats['throughput_per_sec']} jobs/s{latency})"
     ]
+    if result.paused:
+        lines.append(f"  queue {result.queue} is paused: nothing is claimed until it is resumed")
     if result.error:
         lines.append(f"  error: {result.error}")
     return lines
@@ -383,6 +387,11 @@ def describe_status(report: dict[str, Any], now: datetime | None = None) -> list
         runs = entry["last_runs"]
         real = entry.get("last_real_run")
         lines.append(f"{entry['task']}: {health_line(entry, now)}")
+        if entry.get("registered") is False:
+            lines.append(
+                "  not a task of this app: its runs are in this schema (another app sharing "
+                "it, or a task since removed)"
+            )
         if entry.get("overdue"):
             lines.append("  " + overdue_line(entry["overdue"]))
         lines.extend(task_control_lines(entry, now))
@@ -470,8 +479,8 @@ def health_line(entry: dict[str, Any], now: datetime | None = None) -> str:
     late = (
         "no timed runs yet"
         if not lateness
-        else f"late {_ms(lateness['last'])} last, {_ms(lateness['mean'])} mean, "
-        f"{_ms(lateness['max'])} max over {_plural(lateness['runs'], 'run')}"
+        else f"late {_late(lateness['last'])} last, {_late(lateness['mean'])} mean, "
+        f"{_late(lateness['max'])} max over {_plural(lateness['runs'], 'run')}"
     )
     success = entry.get("last_success")
     last = f"{_ago(success, now)} ({_clock(success, now)})" if success else "never"
@@ -510,11 +519,26 @@ def _ms(value: float) -> str:
     return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
 
 
+def _late(value: float) -> str:
+    """A lateness; a run that started before its slot (the scheduler's ``early`` window, a
+    clock ahead) is early, not late by a negative amount."""
+    return _ms(value) if value >= 0 else f"early {_ms(-value)}"
+
+
 def overdue_line(overdue: dict[str, Any], now: datetime | None = None) -> str:
     now = now or datetime.now(UTC)
     return (
         f"OVERDUE {overdue['seconds']:.0f} s: slot {_clock(overdue['slot'], now)} has no outcome "
         f"(due by {_clock(overdue['due_by'], now)})"
+    )
+
+
+def _counts(counts: dict[str, int], capped: Iterable[str]) -> str:
+    """``12 pending, at least 10,000 completed``: a count at the read's cap is a floor."""
+    at_least = set(capped)
+    return ", ".join(
+        f"{'at least ' if status in at_least else ''}{n:,} {status}"
+        for status, n in sorted(counts.items())
     )
 
 
@@ -524,7 +548,7 @@ def describe_queue(queue: dict[str, Any], now: datetime | None = None) -> list[s
     now = now or datetime.now(UTC)
     lines = []
     for entry in queue["queues"]:
-        counts = ", ".join(f"{n:,} {status}" for status, n in sorted(entry["counts"].items()))
+        counts = _counts(entry["counts"], entry.get("counts_capped", ()))
         age = entry["oldest_due_age_seconds"]
         oldest = (
             f"; {entry['due']:,} due, the oldest waiting {ago(age).removesuffix(' ago')}"
@@ -635,7 +659,8 @@ def job_lines(job: JobInfo) -> list[str]:
     ]
     if job.cancel_requested_at is not None:
         lines.append(f"  cancel      requested {job.cancel_requested_at.isoformat()}")
-    if job.error_message:
+    if job.error_message and job.status is not JobStatus.COMPLETED:
+        # A completed job's error_message is an earlier attempt's: the history says it.
         lines.append(f"  error       {job.error_message}")
     for entry in job.error_history:
         lines.append(f"  attempt {entry.get('attempt')} at {entry.get('at')}: {_entry(entry)}")
@@ -680,6 +705,14 @@ def queue_state(state: QueueState) -> str:
     return f"queue {state.name}: running" + ("" if state.changed else " (it was not paused)")
 
 
+def queue_deleted(done: QueueDeletion) -> str:
+    if done.deleted:
+        return f"queue {done.name}: deleted" + (
+            " (it was paused: its drainers claim again)" if done.was_paused else ""
+        )
+    return f"queue {done.name}: not deleted: {done.detail}"
+
+
 def queue_table(queues: list[QueueInfo]) -> list[str]:
     """``cronlock queue list``."""
     if not queues:
@@ -688,7 +721,7 @@ def queue_table(queues: list[QueueInfo]) -> list[str]:
     for queue in queues:
         state = "paused" if queue.paused else "UNSERVED" if queue.unserved else "running"
         age = queue.oldest_due_age_seconds
-        counts = ", ".join(f"{n} {status}" for status, n in sorted(queue.counts.items()))
+        counts = _counts(queue.counts, queue.counts_capped)
         rows.append(
             (
                 queue.name,

@@ -150,7 +150,10 @@ def report_run(result: RunResult, as_json: bool, skipped_exit_code: int = EXIT_O
 )
 @click.option("--user", help="System crontab format (/etc/cron.d) with this user field.")
 @click.option(
-    "--task", "task_names", multiple=True, help="Only this task (repeatable; no drain line)."
+    "--task",
+    "task_names",
+    multiple=True,
+    help="Only this task's line (repeatable; drain and prune are the built-ins' lines).",
 )
 @pass_options
 def crontab(
@@ -163,7 +166,10 @@ def crontab(
     user: str | None,
     task_names: tuple[str, ...],
 ) -> None:
-    """Print crontab lines for the registered tasks that run as they are under cron."""
+    """Print crontab lines for the registered tasks that run as they are under cron.
+
+    A task in another zone than cron's gets no line and one stderr line saying why; the other
+    lines are printed and the exit is 0 (2 when no line at all could be printed)."""
     from .. import crontab as lines
 
     app = options.load_app()
@@ -182,7 +188,7 @@ def crontab(
         tasks=task_names,
     )
     text = lines.render(app, setup)
-    for warning in lines.warnings(setup):
+    for warning in lines.left_out(app, setup) + lines.warnings(setup):
         click.echo(render.warning(warning), err=True)
     click.echo(text, nl=False)
 

@@ -19,7 +19,13 @@ from typing import Annotated, Any
 
 from .. import schema, sql
 from ..app import App
-from ..errors import ConfigurationError, CronlockError, DatabaseUnavailable, UnknownTask
+from ..errors import (
+    ConfigurationError,
+    CronlockError,
+    DatabaseUnavailable,
+    InvalidJobOption,
+    UnknownTask,
+)
 from ..outcome import JobStatus, RunResult
 from ..periodic.control import TaskState
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
@@ -56,6 +62,9 @@ logger = logging.getLogger("cronlock.http")
 
 # Where `cronlock serve` (create_api) mounts the dashboard; / redirects there.
 DASHBOARD_PATH = "/dashboard"
+
+# A queue's name in a route's path, with the Python API's limits.
+QueueName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
 
 
 class ErrorBody(BaseModel):
@@ -160,11 +169,20 @@ class QueueStateView(BaseModel):
     changed: bool
 
 
+class QueueDeletionView(BaseModel):
+    queue: str
+    deleted: bool
+    was_paused: bool
+    has_jobs: bool
+    detail: str
+
+
 class QueueView(BaseModel):
     queue: str
     paused: bool
     paused_at: datetime | None
     counts: dict[str, int]
+    counts_capped: list[str]  # statuses counted up to the cap: at least that many
     due: int
     oldest_due_age_seconds: float | None
     active_drainers: int
@@ -396,9 +414,27 @@ def create_router(
         summary="Pause a queue for every drainer",
     )
     async def pause_queue(
-        name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+        name: QueueName,
+        create: bool = False,
     ) -> QueueStateView:
-        return _state(await app.pause_queue(name))
+        try:
+            return _state(await app.pause_queue(name, create=create))
+        except InvalidJobOption as exc:  # a queue nothing knows of: a typo?
+            raise HTTPException(422, str(exc)) from None
+
+    @router.delete(
+        "/queues/{name}",
+        response_model=QueueDeletionView,
+        **guarded("writes", 404, 409, 422),
+        summary="Delete an empty queue's row",
+    )
+    async def delete_queue(
+        name: QueueName,
+    ) -> QueueDeletionView:
+        done = await app.delete_queue(name)
+        if not done.deleted:
+            raise HTTPException(409 if done.has_jobs else 404, done.detail)
+        return QueueDeletionView.model_validate(done.to_dict())
 
     @router.post(
         "/queues/{name}/resume",
@@ -407,7 +443,7 @@ def create_router(
         summary="Resume a paused queue",
     )
     async def resume_queue(
-        name: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+        name: QueueName,
     ) -> QueueStateView:
         return _state(await app.resume_queue(name))
 

@@ -1,16 +1,15 @@
 """What the dashboard's overview shows, read on indexes so it costs the same at any size.
 
-``cronlock status`` counts and ranks whole tables, which is right for a command run now and
-then and too slow for a page that refreshes every few seconds over a million jobs. The overview
-reads the same facts another way: per task, a few entries of ``ix_runs_task_started_at``
-(its latest row, its latest success, its last outcomes for the streaks and lateness), the
-schedule for overdue and the next fire time (``periodic.backlog``) and its pause (``tasks``);
-per queue, each status's count up to ``COUNT_CAP`` (index-only scans of ``ix_jobs_open`` and,
-for completed jobs, ``ix_jobs_finished``), the due jobs (``ix_jobs_claim``), the jobs finished
-in the last quarter of an hour (``ix_jobs_finished``) and the drainers' rows. A count at the
-cap is shown as "at least". A queue is listed when it has jobs that did not complete, jobs
-finished in the last quarter of an hour, a pause, drainers, or a handler or declaration in the
-app.
+The overview reads, as ``cronlock status`` does, only a bounded part of each table: per task, a
+few entries of ``ix_runs_task_started_at`` (its latest row, its latest success, its last
+outcomes for the streaks and lateness), the schedule for overdue and the next fire time
+(``periodic.backlog``) and its pause (``tasks``); per queue, each status's count up to
+``COUNT_CAP`` (index-only scans of ``ix_jobs_open`` and, for completed jobs,
+``ix_jobs_finished``), the due jobs
+(``ix_jobs_claim``), the jobs finished in the last quarter of an hour (``ix_jobs_finished``) and
+the drainers' rows. A count at the cap is shown as "at least". A queue is listed when it has
+jobs that did not complete, jobs finished in the last quarter of an hour, a pause, drainers, or
+a handler or declaration in the app.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from .. import sql
 from ..app import App
 from ..periodic import backlog
 from ..periodic.task import PeriodicTask
-from .serving import is_unserved, live_active
+from .serving import COUNT_CAP, capped_counts, is_unserved, live_active
 
 __all__ = [
     "COUNT_CAP",
@@ -35,8 +34,6 @@ __all__ = [
     "collect_overview",
 ]
 
-# Jobs counted per (queue, status) before the count says "at least".
-COUNT_CAP = 10_000
 # Outcomes per task read for the streaks and the lateness.
 HEALTH_WINDOW = 50
 RATE_WINDOWS = (1, 5, 15)
@@ -153,10 +150,6 @@ async def collect_overview(app: App, *, now: datetime | None = None) -> Overview
         overdue = await backlog.overdue_by_task(conn, app.tasks.values(), now)
         task_paused = {row.name: row for row in await conn.execute(sql.TASK_STATES)}
 
-        counts: dict[str, dict[str, int]] = {}
-        capped = await conn.execute(sql.JOB_COUNTS_CAPPED, {"cap": COUNT_CAP})
-        for pair in capped.mappings():
-            counts.setdefault(pair["queue"], {})[pair["status"]] = int(pair["count"])
         due = {row.queue: row for row in await conn.execute(sql.JOB_OLDEST_DUE)}
         rates = {
             row["queue"]: row for row in (await conn.execute(sql.JOB_RATES_BY_QUEUE)).mappings()
@@ -164,20 +157,9 @@ async def collect_overview(app: App, *, now: datetime | None = None) -> Overview
         paused = {row.name: row.paused_at for row in await conn.execute(sql.QUEUE_LIST)}
         drainer_rows = (await conn.execute(sql.WORKER_LIST)).mappings().all()
         handled = {defaults.queue for defaults in app.job_types.values()}
-        queue_names = sorted(
-            set(counts)
-            | set(due)
-            | set(rates)
-            | set(paused)
-            | {row["queue"] for row in drainer_rows}
-            | handled
-        )
-        done = await conn.execute(
-            sql.JOB_COMPLETED_CAPPED, {"queues": queue_names, "cap": COUNT_CAP}
-        )
-        for each in done.mappings():
-            if each["count"]:
-                counts.setdefault(each["queue"], {})["completed"] = int(each["count"])
+        known = set(due) | set(rates) | set(paused) | {row["queue"] for row in drainer_rows}
+        counts, _ = await capped_counts(conn, known | handled)
+        queue_names = sorted(set(counts) | known | handled)
 
     tasks = []
     for name in names:

@@ -1,5 +1,5 @@
-"""Whether a queue is served: the one rule ``cronlock status``, ``cronlock queue list`` and the
-metrics share.
+"""What ``cronlock status``, ``cronlock queue list``, the dashboard and the metrics read of a
+queue the same way: whether it is served (one rule), and its jobs by status counted up to a cap.
 
 A queue is *unserved* when jobs are due in it, it is not paused, no live drainer is active for
 it (the workers table's liveness rule, ``sql.WORKER_LIST``'s ``alive``), and its oldest due job
@@ -8,15 +8,38 @@ has waited longer than ``UNSERVED_AFTER``. The wait keeps a queue drained from c
 between two runs; a queue that nobody drains at all is flagged two minutes after its first due
 job. No process knows every other process's handlers, so this is the signal that works across
 hosts: jobs that wait and nobody active to take them.
+
+``capped_counts`` counts each queue's jobs per status up to ``COUNT_CAP`` (index-only scans
+of ``ix_jobs_open`` and, for completed jobs, ``ix_jobs_finished``), so a read costs the same at
+a thousand jobs and at a million; a count at the cap means "at least". ``cronlock status`` and
+``queue list`` count completed jobs only up to ``COMPLETED_CAP``: each queue's completed count
+is a walk of that many entries, and past a thousand the number tells an operator nothing more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["UNSERVED_AFTER", "is_unserved", "live_active"]
+from .. import sql
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+__all__ = [
+    "COMPLETED_CAP",
+    "COUNT_CAP",
+    "UNSERVED_AFTER",
+    "capped_counts",
+    "is_unserved",
+    "live_active",
+]
+
+# Jobs counted per (queue, status) before the count says "at least".
+COUNT_CAP = 10_000
+# Completed jobs counted per queue by status and queue list (the dashboard counts COUNT_CAP).
+COMPLETED_CAP = 1_000
 
 UNSERVED_AFTER = timedelta(minutes=2)
 
@@ -40,3 +63,29 @@ def is_unserved(
         and oldest_due_age_seconds is not None
         and oldest_due_age_seconds > UNSERVED_AFTER.total_seconds()
     )
+
+
+async def capped_counts(
+    conn: AsyncConnection, queues: Iterable[str] = (), *, completed_cap: int = COUNT_CAP
+) -> tuple[dict[str, dict[str, int]], dict[str, frozenset[str]]]:
+    """Per queue, its jobs by status, each counted up to ``COUNT_CAP`` (completed ones up to
+    ``completed_cap``), and per queue the statuses whose count is at its cap ("at least"):
+    every queue with jobs that did not complete, and of those and ``queues`` the completed
+    jobs too (a queue with only completed jobs is counted when it is in ``queues``)."""
+    counts: dict[str, dict[str, int]] = {}
+    for pair in (await conn.execute(sql.JOB_COUNTS_CAPPED, {"cap": COUNT_CAP})).mappings():
+        counts.setdefault(pair["queue"], {})[pair["status"]] = int(pair["count"])
+    names = sorted(set(counts) | set(queues))
+    done = await conn.execute(sql.JOB_COMPLETED_CAPPED, {"queues": names, "cap": completed_cap})
+    for each in done.mappings():
+        if each["count"]:
+            counts.setdefault(each["queue"], {})["completed"] = int(each["count"])
+    capped = {
+        queue: frozenset(
+            status
+            for status, n in found.items()
+            if n >= (completed_cap if status == "completed" else COUNT_CAP)
+        )
+        for queue, found in counts.items()
+    }
+    return counts, capped

@@ -63,7 +63,8 @@ class Cell:
         if self.outcome == "missed" and not self.recorded:
             words += " (not recorded yet)"
         if self.items_failed:
-            words += f", {self.items_ok} items ok, {self.items_failed} failed"
+            ok = "1 item" if self.items_ok == 1 else f"{self.items_ok:,} items"
+            words += f", {ok} ok, {self.items_failed:,} failed"
         return words
 
 

@@ -6,6 +6,13 @@ its grace with no outcome, from the schedule at read time: ``periodic.backlog``)
 paused (by whom, since when) and its parked items with their last error. The queue:
 counts by status, the oldest due job, whether it is paused or unserved (due jobs that no live
 drainer takes: ``observe.serving``), recent failures, rates, and the drainers.
+
+Every read is bounded, as the dashboard's overview: per task a short walk of
+``ix_runs_task_started_at``, per queue and status a count up to ``COUNT_CAP``, completed jobs up
+to ``COMPLETED_CAP`` (``counts_capped`` names the statuses at their cap: "at least"), the latest
+failures from the newest entries of ``ix_jobs_finished`` and ``ix_jobs_created``, the rates from
+the last quarter of an hour of ``ix_jobs_finished``. A queue is listed when it has jobs that did
+not complete, due jobs, jobs finished in the last quarter of an hour, or a pause.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from .. import sql
 from ..app import App
 from ..database import Database
 from ..periodic import backlog
-from .serving import is_unserved, live_active
+from .serving import COMPLETED_CAP, capped_counts, is_unserved, live_active
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -35,17 +42,19 @@ async def collect(
     """The report; ``now`` (default: the clock) is when a registered task is overdue at."""
     now = now or datetime.now(UTC)
     async with database.connect() as conn:
-        rows = (await conn.execute(sql.RUN_RECENT_PER_TASK, {"limit": limit})).mappings()
+        # Each read per task is a short walk of ix_runs_task_started_at (as the dashboard's).
+        names = sorted(set(app.tasks) | set((await conn.execute(sql.RUN_TASK_NAMES)).scalars()))
+        given = {"tasks": names, "limit": limit}
         by_task: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
+        for row in (await conn.execute(sql.RUN_RECENT_PER_TASK, given)).mappings():
             by_task.setdefault(row["task"], []).append(
                 {key: _jsonable(value) for key, value in row.items()}
             )
         last_real = {
             row["task"]: {key: _jsonable(value) for key, value in row.items()}
-            for row in (await conn.execute(sql.RUN_LAST_REAL_PER_TASK)).mappings()
+            for row in (await conn.execute(sql.RUN_LAST_REAL_PER_TASK, given)).mappings()
         }
-        health = await _slot_health(conn)
+        health = await _slot_health(conn, names)
         overdue = await backlog.overdue_by_task(conn, app.tasks.values(), now)
         paused = {
             row.name: {"paused_at": _jsonable(row.paused_at), "paused_by": row.paused_by}
@@ -57,11 +66,12 @@ async def collect(
             parked.setdefault(row["task"], []).append(
                 {key: _jsonable(row[key]) for key in _PARKED_KEYS}
             )
-    names = sorted(set(app.tasks) | set(by_task))
     return {
         "tasks": [
             {
                 "task": name,
+                # False: rows in the schema, no task of this app (another app's, or removed).
+                "registered": name in app.tasks,
                 "last_runs": by_task.get(name, []),
                 "last_real_run": last_real.get(name),
                 **health.get(name, _NO_HEALTH),
@@ -109,17 +119,19 @@ def _streak(statuses: list[str], status: str) -> int:
     return count
 
 
-async def _slot_health(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
-    """Per task: last success, consecutive failures and misses, recent lateness.
+async def _slot_health(conn: AsyncConnection, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Per task of ``names``: last success, consecutive failures and misses, recent lateness.
 
     Streaks count the outcomes that claimed a slot (or a manual run), newest first; skips are
     not outcomes of their own and do not break a streak.
     """
     last_success = {
-        row.task: row.last_success for row in await conn.execute(sql.RUN_LAST_SUCCESS_PER_TASK)
+        row.task: row.last_success
+        for row in await conn.execute(sql.RUN_LATEST_PER_TASK, {"tasks": names})
+        if row.last_success is not None
     }
     outcomes: dict[str, list[Any]] = {}
-    rows = await conn.execute(sql.RUN_CLAIMING_RECENT_PER_TASK, {"limit": HEALTH_WINDOW})
+    rows = await conn.execute(sql.RUN_OUTCOMES_PER_TASK, {"tasks": names, "limit": HEALTH_WINDOW})
     for row in rows:
         outcomes.setdefault(row.task, []).append(row)
     health: dict[str, dict[str, Any]] = {}
@@ -149,13 +161,12 @@ async def _slot_health(conn: AsyncConnection) -> dict[str, dict[str, Any]]:
 
 # -- the job queue ----------------------------------------------------------------------------
 
+_RATE_KEYS = [f"{outcome}_{m}m" for outcome in ("completed", "failed") for m in (1, 5, 15)]
+
 
 async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, Any]:
     """The queue as the tables tell it (``processing`` is in flight: see the workers)."""
     async with database.connect() as conn:
-        counts: dict[str, dict[str, int]] = {}
-        for queue, status, count in await conn.execute(sql.JOB_COUNTS):
-            counts.setdefault(queue, {})[status] = count
         due = {
             row.queue: {
                 "due": row.due,
@@ -167,8 +178,11 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
             {key: str(value) if key == "id" else _jsonable(value) for key, value in row.items()}
             for row in (await conn.execute(sql.JOB_RECENT_FAILURES, {"limit": failures})).mappings()
         ]
-        rates_row = (await conn.execute(sql.JOB_RATES)).mappings().one()
+        by_queue = (await conn.execute(sql.JOB_RATES_BY_QUEUE)).mappings().all()
+        rates_row = {key: sum(row[key] for row in by_queue) for key in _RATE_KEYS}
         paused = {row.name: row.paused_at for row in await conn.execute(sql.QUEUE_LIST)}
+        seen = set(due) | set(paused) | {row["queue"] for row in by_queue}
+        counts, capped = await capped_counts(conn, seen, completed_cap=COMPLETED_CAP)
         drainer_rows = (await conn.execute(sql.WORKER_LIST)).mappings().all()
         active = live_active(drainer_rows)
         workers = []
@@ -201,6 +215,8 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
             {
                 "queue": queue,
                 "counts": counts.get(queue, {}),
+                # Counted up to COUNT_CAP (observe.serving): these statuses have at least it.
+                "counts_capped": sorted(capped.get(queue, ())),
                 "due": due.get(queue, {}).get("due", 0),
                 "oldest_due_age_seconds": due.get(queue, {}).get("oldest_due_age_seconds"),
                 # Queue control and who serves it (observe.serving: the one rule).

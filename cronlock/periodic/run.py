@@ -800,7 +800,8 @@ def _log_outcome(outcome: RunResult) -> None:
     if outcome.skip_reason is not None:
         what = f"{what} ({outcome.skip_reason})"
     elif outcome.items_ok or outcome.items_failed or outcome.items_parked:
-        what = f"{what}: {outcome.items_ok} items ok, {outcome.items_failed} failed"
+        items = "1 item" if outcome.items_ok == 1 else f"{outcome.items_ok} items"
+        what = f"{what}: {items} ok, {outcome.items_failed} failed"
         if outcome.items_parked:
             what += f", {outcome.items_parked} parked"
     runs_logger.info(

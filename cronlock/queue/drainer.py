@@ -52,6 +52,7 @@ from ..outage import OutageEnd, Reconnect, ride_out
 from ..outcome import DrainResult, RunStatus, error_line
 from .attempt import Attempts
 from .complete import Completion
+from .control import queue_paused
 from .jobs import Handler
 from .lanes import Lanes
 from .lease import DEFAULT_KEEPALIVE, Keepalive, Lease, queue_lock_key
@@ -246,15 +247,19 @@ class Drainer:
                     return self._result()
             await lease.ping()  # from here on the lock transaction idles without a snapshot
             self.state = "active"
+            paused = await queue_paused(self.database, self.queue)
             logger.info(
-                "active on queue %s (%s%s, batch %d, concurrency %d)",
+                "active on queue %s%s (%s%s, batch %d, concurrency %d)",
                 self.queue,
+                ", paused: claims nothing until it is resumed" if paused else "",
                 "shared, " if self.shared else "",
                 self.commit_mode.value,
                 self.batch_size,
                 self.concurrency,
                 extra={"action": "drainer_active", "queue": self.queue},
             )
+            if paused and until_empty:  # a drain has nothing to wait for
+                return self._result(skip_reason=f"queue {self.queue} is paused", paused=True)
             if heartbeat is None:
                 heartbeat, beating = self._beat()
             make_lanes = leasing.make_lanes if leasing is not None else Lanes
@@ -279,7 +284,8 @@ class Drainer:
             if leasing is not None:
                 await leasing.hand_back()  # before the result, which counts them
             await lease.release()  # nothing was written in it: a standby takes over
-            return self._result(error=error)
+            paused = error is None and await queue_paused(self.database, self.queue)
+            return self._result(error=error, paused=paused)
         finally:
             self.stats.stop()
             if beating is not None and heartbeat is not None:
@@ -364,7 +370,9 @@ class Drainer:
             "in_flight": self.in_flight,
         }
 
-    def _result(self, *, skip_reason: str | None = None, error: str | None = None) -> DrainResult:
+    def _result(
+        self, *, skip_reason: str | None = None, error: str | None = None, paused: bool = False
+    ) -> DrainResult:
         self.stats.stop()
         if skip_reason is not None:
             status = RunStatus.SKIPPED
@@ -380,4 +388,5 @@ class Drainer:
             stats=self.stats.report(),
             skip_reason=skip_reason,
             error=error,
+            paused=paused,
         )

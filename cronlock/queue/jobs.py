@@ -303,7 +303,7 @@ def handler_for(
         known = ", ".join(sorted(handlers)) or "none"
         raise UnknownJobType(
             f"no handler registered for job type {job_type!r} (registered or declared: "
-            f"{known}; allow it to enqueue it anyway)"
+            f"{known}; --allow-unknown, or allow_unknown=True, enqueues it anyway)"
         ) from None
 
 

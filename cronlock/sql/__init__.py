@@ -87,7 +87,11 @@ from .locks import (
 )
 from .migrations import SCHEMA_REVISION
 from .queues import (
+    QUEUE_DELETE,
     QUEUE_GET,
+    QUEUE_HAS_JOBS,
+    QUEUE_IN_USE,
+    QUEUE_IS_PAUSED,
     QUEUE_LIST,
     QUEUE_NOTIFY,
     QUEUE_PAUSE,
@@ -113,7 +117,6 @@ from .rollups import (
 )
 from .runs import (
     RUN_CHUNK_COMMIT,
-    RUN_CLAIMING_RECENT_PER_TASK,
     RUN_FINISH,
     RUN_GET,
     RUN_INSERT,
@@ -123,7 +126,6 @@ from .runs import (
     RUN_LAST_REAL_PER_TASK,
     RUN_LAST_SLOT,
     RUN_LAST_SLOT_PER_TASK,
-    RUN_LAST_SUCCESS_PER_TASK,
     RUN_LATEST_PER_TASK,
     RUN_OF_TASK_SINCE,
     RUN_OUTCOMES_PER_TASK,
@@ -250,7 +252,11 @@ __all__ = [
     "NO_TIMEOUTS_LOCAL",
     "PING",
     "QUEUE_BUSY",
+    "QUEUE_DELETE",
     "QUEUE_GET",
+    "QUEUE_HAS_JOBS",
+    "QUEUE_IN_USE",
+    "QUEUE_IS_PAUSED",
     "QUEUE_LIST",
     "QUEUE_NOTIFY",
     "QUEUE_PAUSE",
@@ -258,7 +264,6 @@ __all__ = [
     "QUEUE_RESUME",
     "RUNS_MARK",
     "RUN_CHUNK_COMMIT",
-    "RUN_CLAIMING_RECENT_PER_TASK",
     "RUN_FINISH",
     "RUN_GATE",
     "RUN_GET",
@@ -269,7 +274,6 @@ __all__ = [
     "RUN_LAST_REAL_PER_TASK",
     "RUN_LAST_SLOT",
     "RUN_LAST_SLOT_PER_TASK",
-    "RUN_LAST_SUCCESS_PER_TASK",
     "RUN_LATEST_PER_TASK",
     "RUN_MARK_GET",
     "RUN_MARK_MOVE",

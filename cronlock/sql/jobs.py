@@ -35,6 +35,7 @@ from sqlalchemy import (
     text,
     true,
     tuple_,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BIT, JSONB
@@ -878,21 +879,35 @@ JOB_OLDEST_DUE = (
 # When the job's last attempt failed: the "at" of the last error_history entry.
 _last_error_at = jobs.c.error_history.op("->")(-1).op("->>")("at")
 
+_failure_columns = (
+    jobs.c.id,
+    jobs.c.queue,
+    jobs.c.job_type,
+    jobs.c.status,
+    jobs.c.retry_count,
+    jobs.c.max_retries,
+    jobs.c.error_message,
+    _last_error_at.label("failed_at"),
+    jobs.c.next_retry_at,
+)
+_limit = bindparam("limit", type_=Integer)
+# The jobs that failed for good most recently (a backward range of ix_jobs_finished) and the
+# newest retrying jobs (of ix_jobs_created), :limit of each; the latest :limit of them by their
+# last failure. Each part reads :limit rows whatever the history: ordering every failed job by
+# its history's last entry read them all (37 ms at 10,000 failed jobs).
+_failures = union_all(
+    select(*_failure_columns)
+    .where(jobs.c.status == literal_column("'failed'"), jobs.c.completed_at.is_not(None))
+    .order_by(jobs.c.completed_at.desc(), jobs.c.id.desc())
+    .limit(_limit),
+    select(*_failure_columns)
+    .where(jobs.c.status == literal_column("'retrying'"))
+    .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
+    .limit(_limit),
+).subquery("failures")
+
 JOB_RECENT_FAILURES = (
-    select(
-        jobs.c.id,
-        jobs.c.queue,
-        jobs.c.job_type,
-        jobs.c.status,
-        jobs.c.retry_count,
-        jobs.c.max_retries,
-        jobs.c.error_message,
-        _last_error_at.label("failed_at"),
-        jobs.c.next_retry_at,
-    )
-    .where(jobs.c.status.in_(["failed", "retrying"]))
-    .order_by(_last_error_at.desc().nulls_last())
-    .limit(bindparam("limit", type_=Integer))
+    select(_failures).order_by(_failures.c.failed_at.desc().nulls_last()).limit(_limit)
 )
 
 

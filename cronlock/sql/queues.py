@@ -2,20 +2,25 @@
 drainers, and the predicate the claim reads.
 
 A queue has a row here once an operator paused or resumed it; ``paused_at`` is NULL while it is
-not paused. The claim (``sql.JOB_CLAIM``) and the idle drainer's look at the next due job
-(``sql.JOB_NEXT_DUE``) read ``QUEUE_PAUSED_NOW``, so a pause holds for every drainer on every
-host from the commit on; the notification only wakes idle drainers at once on a resume.
+not paused; ``QUEUE_DELETE`` removes the row of a queue no job names. The claim
+(``sql.JOB_CLAIM``) and the idle drainer's look at the next due job (``sql.JOB_NEXT_DUE``) read
+``QUEUE_PAUSED_NOW``, so a pause holds for every drainer on every host from the commit on; the
+notification only wakes idle drainers at once on a resume.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Text, bindparam, exists, func, select, update
+from sqlalchemy import Text, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from .tables import queues
+from .tables import jobs, queues, workers
 
 __all__ = [
+    "QUEUE_DELETE",
     "QUEUE_GET",
+    "QUEUE_HAS_JOBS",
+    "QUEUE_IN_USE",
+    "QUEUE_IS_PAUSED",
     "QUEUE_LIST",
     "QUEUE_NOTIFY",
     "QUEUE_PAUSE",
@@ -29,6 +34,8 @@ _name = bindparam("queue_name", type_=Text)
 QUEUE_PAUSED_NOW = exists().where(
     queues.c.name == bindparam("queue", type_=Text), queues.c.paused_at.is_not(None)
 )
+
+QUEUE_IS_PAUSED = select(QUEUE_PAUSED_NOW)
 
 _pause = pg_insert(queues).values(name=_name, paused_at=func.now())
 # Pause: a row is returned only when this call paused the queue (not when it already was).
@@ -47,6 +54,23 @@ QUEUE_RESUME = (
 )
 
 QUEUE_GET = select(queues).where(queues.c.name == _name)
+
+# Whether any job (in any status) names the queue: the first row found ends the scan; a
+# queue no job names scans the table once (an operator's command, not a hot path).
+QUEUE_HAS_JOBS = select(exists().where(jobs.c.queue == _name))
+
+# Whether anything names the queue: a job, or a drainer's row (a worker of another app).
+QUEUE_IN_USE = select(
+    or_(exists().where(jobs.c.queue == _name), exists().where(workers.c.queue == _name))
+)
+
+# Delete a queue's row only while no job names it, in one statement (an enqueue needs no row:
+# nothing waits on it).
+QUEUE_DELETE = (
+    delete(queues)
+    .where(queues.c.name == _name, ~exists().where(jobs.c.queue == _name))
+    .returning(queues.c.name, queues.c.paused_at)
+)
 
 QUEUE_LIST = select(queues).order_by(queues.c.name)
 

@@ -32,7 +32,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, distinct_on
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..outcome import RUN_CLAIMING_STATUSES, RUN_SUCCESS_STATUSES
@@ -41,7 +41,6 @@ from .tables import RUN_CLAIMING_PREDICATE, RUN_STATUSES, runs, tasks
 
 __all__ = [
     "RUN_CHUNK_COMMIT",
-    "RUN_CLAIMING_RECENT_PER_TASK",
     "RUN_FINISH",
     "RUN_GET",
     "RUN_INSERT",
@@ -51,7 +50,6 @@ __all__ = [
     "RUN_LAST_REAL_PER_TASK",
     "RUN_LAST_SLOT",
     "RUN_LAST_SLOT_PER_TASK",
-    "RUN_LAST_SUCCESS_PER_TASK",
     "RUN_LATEST_PER_TASK",
     "RUN_OF_TASK_SINCE",
     "RUN_OUTCOMES_PER_TASK",
@@ -74,25 +72,6 @@ RUN_INSERT = insert(runs).returning(runs.c.id)
 # A no_slot skip ran nothing and claimed nothing (a run by hand outside every slot, a cron
 # line far too late): listed among a task's last runs, a handful of them hid its real ones.
 _not_no_slot = or_(runs.c.skip_reason.is_(None), runs.c.skip_reason != literal_column("'no_slot'"))
-
-_ranked = (
-    select(
-        runs,
-        func.row_number()
-        .over(partition_by=runs.c.task, order_by=(runs.c.started_at.desc(), runs.c.id.desc()))
-        .label("rank"),
-    )
-    .where(_not_no_slot)
-    .subquery()
-)
-
-# The last :limit runs of every task, newest first, no_slot skips left out.
-RUN_RECENT_PER_TASK = (
-    select(*[_ranked.c[c.name] for c in runs.columns])
-    .where(_ranked.c.rank <= bindparam("limit", type_=Integer))
-    .order_by(_ranked.c.task, _ranked.c.rank)
-)
-
 
 # -- chunked runs -------------------------------------------------------------------------
 # A chunked run (commit_every) inserts its row `running` with RUN_INSERT and commits it, then
@@ -228,55 +207,6 @@ RUN_LAST_SLOT_PER_TASK = select(
     .where(tasks.c.name == _names.c.task, tasks.c.paused_at.is_(None))
     .scalar_subquery()
     .label("resumed_at"),
-)
-
-# -- status ---------------------------------------------------------------------------------
-
-# A success is a run that committed its work: completed, or partial (its bad items rolled
-# back alone, the rest committed).
-# Each task's latest run that ran its body (not a skip, not a miss): what status shows even
-# when skips fill its last runs.
-RUN_LAST_REAL_PER_TASK = (
-    select(runs)
-    .ext(distinct_on(runs.c.task))
-    .where(runs.c.status.not_in([literal_column("'skipped'"), literal_column("'missed'")]))
-    .order_by(runs.c.task, runs.c.started_at.desc(), runs.c.id.desc())
-)
-
-RUN_LAST_SUCCESS_PER_TASK = (
-    select(runs.c.task, func.max(runs.c.finished_at).label("last_success"))
-    .where(_did_work)
-    .group_by(runs.c.task)
-)
-
-_claimed_ranked = (
-    select(
-        runs.c.task,
-        runs.c.slot,
-        runs.c.status,
-        runs.c.trigger,
-        runs.c.lateness_ms,
-        runs.c.started_at,
-        func.row_number()
-        .over(partition_by=runs.c.task, order_by=(runs.c.started_at.desc(), runs.c.id.desc()))
-        .label("rank"),
-    )
-    .where(_claiming)
-    .subquery()
-)
-
-# The last :limit outcomes per task that claimed a slot (skips are left out), newest first:
-# consecutive failures and misses, and recent lateness, are read from these.
-RUN_CLAIMING_RECENT_PER_TASK = (
-    select(
-        _claimed_ranked.c.task,
-        _claimed_ranked.c.slot,
-        _claimed_ranked.c.status,
-        _claimed_ranked.c.trigger,
-        _claimed_ranked.c.lateness_ms,
-    )
-    .where(_claimed_ranked.c.rank <= bindparam("limit", type_=Integer))
-    .order_by(_claimed_ranked.c.task, _claimed_ranked.c.rank)
 )
 
 # Recent runs, newest first; :task NULL means every task.
@@ -455,6 +385,40 @@ RUN_OUTCOMES_PER_TASK = (
     select(_of_tasks.c.task, _outcomes.c.status, _outcomes.c.lateness_ms)
     .select_from(_of_tasks.join(_outcomes, true()))
     .order_by(_of_tasks.c.task, _outcomes.c.started_at.desc(), _outcomes.c.id.desc())
+)
+
+_recent = (
+    select(runs)
+    .where(runs.c.task == _of_tasks.c.task, _not_no_slot)
+    .order_by(*_newest_first)
+    .limit(bindparam("limit", type_=Integer))
+    .lateral("recent")
+)
+
+# Per task of :tasks, its last :limit rows newest first, no_slot skips left out (a run by hand
+# outside every slot, a cron line far too late: a handful of them hid its real runs); a
+# backward walk of ix_runs_task_started_at per task (``cronlock status``'s last runs).
+RUN_RECENT_PER_TASK = (
+    select(*[_recent.c[c.name] for c in runs.columns])
+    .select_from(_of_tasks.join(_recent, true()))
+    .order_by(_recent.c.task, _recent.c.started_at.desc(), _recent.c.id.desc())
+)
+
+_real = (
+    select(runs)
+    .where(
+        runs.c.task == _of_tasks.c.task,
+        runs.c.status.not_in([literal_column("'skipped'"), literal_column("'missed'")]),
+    )
+    .order_by(*_newest_first)
+    .limit(1)
+    .lateral("real")
+)
+
+# Per task of :tasks, its latest run that ran its body (not a skip, not a miss): what status
+# shows when skips fill its last runs. A backward walk as long as its latest skips and misses.
+RUN_LAST_REAL_PER_TASK = select(*[_real.c[c.name] for c in runs.columns]).select_from(
+    _of_tasks.join(_real, true())
 )
 
 # A task's rows that started at or after :since, oldest first, :limit at most: the slot

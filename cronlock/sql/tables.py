@@ -277,6 +277,10 @@ Index("ix_jobs_snoozed", jobs.c.queue, postgresql_where=_where(JOB_SNOOZED_PREDI
 # SHARE UPDATE EXCLUSIVE lock on the index alone; a validation reads the table while writes go on.
 RENAME_INDEX = "ALTER INDEX IF EXISTS %(schema)s.%(old)s RENAME TO %(new)s"
 VALIDATE_CONSTRAINT = "ALTER TABLE %(schema)s.%(table)s VALIDATE CONSTRAINT %(name)s"
+# Every job by creation time (migration 0016): the operator's list (GET /jobs, jobs list),
+# newest first with a keyset cursor on (created_at, id), is a backward range of it, whatever
+# the table holds; its filters are checked on the rows the walk meets.
+Index("ix_jobs_created", jobs.c.created_at, jobs.c.id)
 
 
 def jobs_channel(schema: str) -> str:

@@ -41,6 +41,26 @@ def test_crontab_example_is_the_output_for_tasks() -> None:
     assert "/srv/app/.venv/bin/cronlock --app tasks prune;" in done.stdout
 
 
+def test_a_task_in_another_zone_is_said_on_stderr_and_the_rest_printed() -> None:
+    options = [*EXAMPLE_OPTIONS[:-1], "Asia/Tokyo"]
+    done = invoke("--app", "tasks", "crontab", *options, database_url=None)
+    assert done.returncode == 0, done.stderr
+    printed = [line for line in done.stdout.splitlines() if line and line[0] != "#"]
+    assert [line.split("--app tasks ", 1)[1].split(";")[0] for line in printed] == [
+        "drain --max-seconds 55",
+        "prune",
+    ]
+    [said] = [line for line in done.stderr.splitlines() if "left out" in line]
+    assert "run(s) in UTC but cron here runs in Asia/Tokyo" in said
+    assert "cronlock scheduler --task" in said
+    prune = invoke("--app", "tasks", "crontab", *options, "--task", "prune", database_url=None)
+    assert (
+        prune.returncode == 0 and " prune; }" in prune.stdout and "tasks run " not in prune.stdout
+    )
+    none = invoke("--app", "tasks", "crontab", *options, "--task", "reindex-fts", database_url=None)
+    assert none.returncode == 2 and none.stdout == "" and "nothing to print" in none.stderr
+
+
 def cron_command(line: str) -> str:
     """What cron hands to `sh -c` for a crontab line: the command field, `\\%` unescaped."""
     command = line.split(None, 5)[5]

@@ -269,8 +269,12 @@ async def test_jobs_filter_page_and_show(client: httpx.AsyncClient, seeded: Seed
         "Error history (1)",
     ):
         assert words in text, words
-    done = _text((await client.get(f"/dashboard/jobs/{seeded.completed_job}")).text)
+    # A failed job's end is labelled as what it was, not "Completed".
+    assert "<dt>Failed</dt>" in job.text and "<dt>Completed</dt>" not in job.text
+    done_page = await client.get(f"/dashboard/jobs/{seeded.completed_job}")
+    done = _text(done_page.text)
     assert '"echo": {' in done
+    assert "<dt>Completed</dt>" in done_page.text
     assert (await client.get(f"/dashboard/jobs/{uuid.uuid4()}")).status_code == 404
     assert (await client.get("/dashboard/jobs/not-a-uuid")).status_code == 422
 
@@ -389,6 +393,11 @@ async def test_writes_are_refused_without_token_csrf_or_origin(
     assert "another site" in cross.text
     null = await client.post(target, data=good, headers={"Origin": "null"})
     assert null.status_code == 403
+    # Neither Origin nor Referer: refused, as the README says (only this origin's posts).
+    nowhere = await client.post(target, data=good)
+    assert nowhere.status_code == 403 and "another site" in nowhere.text
+    referred = await client.post(target, data=good, headers={"Referer": "https://evil.example/"})
+    assert referred.status_code == 403
     crowded = {**good, **{f"f{n}": "x" for n in range(30)}}
     assert (await client.post(target, data=crowded, headers=ORIGIN)).status_code == 403
     (row,) = await job_rows(app.database, id=seeded.failed_job)

@@ -216,6 +216,7 @@ def test_openapi_is_complete() -> None:
         "/jobs/{job_id}/retry",
         "/jobs/{job_id}/cancel",
         "/queues",
+        "/queues/{name}",
         "/queues/{name}/pause",
         "/queues/{name}/resume",
         "/tasks/{name}/pause",
@@ -257,6 +258,7 @@ def test_openapi_describes_the_bearer_scheme() -> None:
         "POST /tasks/{name}/resume",
         "POST /tasks/{name}/run",
         "GET /tasks/{name}/parked",
+        "DELETE /queues/{name}",
         "GET /runs",
         "GET /metrics",
     }
@@ -276,6 +278,7 @@ def test_openapi_describes_the_bearer_scheme() -> None:
         "POST /tasks/{name}/pause",
         "POST /tasks/{name}/resume",
         "POST /tasks/{name}/run",
+        "DELETE /queues/{name}",
     }  # every write needs the token, whatever is public
     assert "securitySchemes" not in create_api(App()).openapi().get("components", {})
 

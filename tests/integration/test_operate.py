@@ -8,6 +8,7 @@ batch is in flight. Whatever wins, nothing is lost, nothing runs twice, nothing 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -349,8 +350,9 @@ async def test_pause_while_a_batch_is_in_flight(
 
 
 async def test_a_paused_queue_wakes_on_resume_without_waiting_for_its_poll(
-    database: Database,
+    database: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="cronlock.drainer")
     async with job_app(database) as app:
         await app.pause_queue("default")
         await app.enqueue(app.database, "noop", {})
@@ -358,6 +360,16 @@ async def test_a_paused_queue_wakes_on_resume_without_waiting_for_its_poll(
         working = asyncio.create_task(drainer.work())
         try:
             await eventually(lambda: _active(app))
+
+            async def said() -> list[str]:
+                return [
+                    r.getMessage()
+                    for r in caplog.records
+                    if getattr(r, "action", "") == "drainer_active"
+                ]
+
+            [line] = await eventually(said)
+            assert "active on queue default, paused: claims nothing" in line
             assert (await app.drain()).status.value == "skipped"  # the worker holds the lock
             await app.resume_queue("default")
             # The resume's NOTIFY wakes it: far sooner than its 30 s poll interval.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +16,7 @@ from sqlalchemy import insert
 from waiting import eventually
 
 from cronlock import Database
-from cronlock.sql.tables import jobs
+from cronlock.sql.tables import jobs, workers
 
 APP = ("--app", "testapps.jobs")
 
@@ -173,7 +174,14 @@ async def test_queue_pause_resume_list(database: Database, database_url: str) ->
         "already was" in (await cli("queue", "pause", "default", database_url=database_url)).stdout
     )
     drained = run_cli(*APP, "drain", "--json", database_url=database_url)
-    assert json.loads(drained.stdout)["processed"] == 0  # paused: nothing claimed
+    report = json.loads(drained.stdout)
+    assert report["processed"] == 0  # paused: nothing claimed, and it says so
+    assert (report["status"], report["paused"], drained.returncode) == ("skipped", True, 0)
+    assert "queue default is paused" in report["skip_reason"]
+    line = run_cli(*APP, "drain", database_url=database_url)
+    assert "skipped (queue default is paused" in line.stdout and line.returncode == 0
+    flagged = run_cli(*APP, "drain", "--skipped-exit-code", "75", database_url=database_url)
+    assert flagged.returncode == 75, flagged.stdout
     listed = as_json(await cli("queue", "list", "--json", database_url=database_url))
     [queue] = [q for q in listed["queues"] if q["queue"] == "default"]
     assert queue["paused"] and queue["counts"] == {"pending": 1} and queue["handled_here"]
@@ -184,6 +192,44 @@ async def test_queue_pause_resume_list(database: Database, database_url: str) ->
     assert as_json(resumed)["paused"] is False
     drained = run_cli(*APP, "drain", "--json", database_url=database_url)
     assert json.loads(drained.stdout)["processed"] == 1
+    assert json.loads(drained.stdout)["paused"] is False
+
+
+async def test_a_typod_queue_is_refused_and_a_made_one_can_be_deleted(
+    database: Database, database_url: str
+) -> None:
+    async with job_app(database) as app:
+        await app.enqueue(app.database, "noop", {}, queue="busy")
+    typo = await cli("queue", "pause", "nosuchqueue", database_url=database_url)
+    assert typo.returncode == 2 and typo.stdout == ""
+    [line] = typo.stderr.strip().splitlines()
+    assert "no queue 'nosuchqueue'" in line and "--create" in line
+    listed = as_json(await cli("queue", "list", "--json", database_url=database_url))
+    assert "nosuchqueue" not in {q["queue"] for q in listed["queues"]}
+    # A queue jobs or a drainer (another app's worker) name is known without a row; --create
+    # makes one nothing knows of.
+    assert (await cli("queue", "pause", "busy", database_url=database_url)).returncode == 0
+    async with database.engine.begin() as conn:
+        await conn.execute(insert(workers).values(id=uuid.uuid4(), queue="remote", state="standby"))
+    assert (await cli("queue", "pause", "remote", database_url=database_url)).returncode == 0
+    made = await cli("queue", "pause", "later", "--create", "--json", database_url=database_url)
+    assert made.returncode == 0 and as_json(made)["paused"] is True
+    # Delete: refused while jobs name the queue, done for the empty one, then nothing to do.
+    busy = await cli("queue", "delete", "busy", database_url=database_url)
+    assert busy.returncode == 1 and "jobs name it" in busy.stdout
+    gone = await cli("queue", "delete", "later", "--json", database_url=database_url)
+    assert gone.returncode == 0 and as_json(gone) == {
+        "queue": "later",
+        "deleted": True,
+        "was_paused": True,
+        "has_jobs": False,
+        "detail": "",
+    }
+    again = await cli("queue", "delete", "later", database_url=database_url)
+    assert again.returncode == 1 and "nothing to delete" in again.stdout
+    listed = as_json(await cli("queue", "list", "--json", database_url=database_url))
+    assert {q["queue"] for q in listed["queues"]} >= {"busy"}
+    assert "later" not in {q["queue"] for q in listed["queues"]}
 
 
 async def test_prune_by_hand_says_what_it_removed(database: Database, database_url: str) -> None:

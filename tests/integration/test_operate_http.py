@@ -176,6 +176,19 @@ async def test_pause_resume_and_queues(client: httpx.AsyncClient, app: App) -> N
     assert too_long.status_code == 422
 
 
+async def test_a_typod_queue_is_refused_and_an_empty_one_deleted(client: httpx.AsyncClient) -> None:
+    await _enqueue(client)
+    typo = await client.post("/queues/nosuchqueue/pause", headers=AUTH)
+    assert typo.status_code == 422 and "no queue 'nosuchqueue'" in typo.json()["detail"]
+    made = await client.post("/queues/later/pause?create=true", headers=AUTH)
+    assert made.status_code == 200 and made.json()["paused"] is True
+    assert (await client.delete("/queues/default", headers=AUTH)).status_code == 409  # a job
+    gone = await client.delete("/queues/later", headers=AUTH)
+    assert gone.status_code == 200 and gone.json()["was_paused"] is True
+    assert (await client.delete("/queues/later", headers=AUTH)).status_code == 404
+    assert (await client.delete("/queues/later", headers=READ_AUTH)).status_code == 403
+
+
 async def test_every_write_needs_the_token(client: httpx.AsyncClient) -> None:
     job_id = await _enqueue(client)
     writes = [

@@ -12,7 +12,14 @@ import pytest
 import cronlock
 from cronlock import ConfigurationError
 from cronlock.cron import parse_timezone
-from cronlock.crontab import CrontabSetup, default_cronlock, has_password, render, same_clock
+from cronlock.crontab import (
+    CrontabSetup,
+    default_cronlock,
+    has_password,
+    left_out,
+    render,
+    same_clock,
+)
 
 
 def make_app(
@@ -95,11 +102,20 @@ def test_schema_pgbouncer_user_and_percent_signs() -> None:
     assert out[0].endswith(">> /l/\\%d.log 2>&1")  # cron would end the command at a bare %
 
 
-def test_tasks_in_another_zone_than_crons_are_refused() -> None:
-    with pytest.raises(
-        ConfigurationError, match=r"'nightly', 'often' run in Europe/Madrid.*CRON_TZ"
-    ):
-        render(make_app("Europe/Madrid"), setup())
+def test_tasks_in_another_zone_than_crons_are_left_out_and_the_rest_printed() -> None:
+    app = make_app("Europe/Madrid", queues=("default",), retention=True)
+    out = lines(render(app, setup()))
+    assert [line.split("myapp ", 1)[1].split(";")[0] for line in out] == [
+        "drain --max-seconds 55",
+        "prune",
+    ]
+    [why] = left_out(app, setup())
+    assert why.startswith("left out: 'nightly', 'often' run(s) in Europe/Madrid but cron here")
+    assert "CRON_TZ" in why and "cronlock scheduler --task nightly" in why
+    assert left_out(app, setup(tasks=("drain",))) == []  # not asked for: nothing to say
+    # Nothing left to print of what was asked: an error, not an empty crontab for `crontab -`.
+    with pytest.raises(ConfigurationError, match=r"nothing to print: left out: 'often'"):
+        render(app, setup(tasks=("often",)))
     # The same wall clock under another name is the same to cron.
     text = render(make_app("Europe/Paris"), setup(cron_timezone=parse_timezone("Europe/Madrid")))
     assert len(lines(text)) == 2
@@ -136,3 +152,19 @@ def test_the_builtin_prune_has_a_line_unless_retention_is_off() -> None:
     assert not any(" prune;" in line for line in lines(render(make_app(), setup())))
     chosen = render(make_app(retention=True), setup(tasks=("often",)))
     assert not any(" prune;" in line for line in lines(chosen))
+
+
+def test_the_builtins_lines_are_printed_by_task_name() -> None:
+    app = make_app(queues=("default", "mail"), retention=True)
+    prune = lines(render(app, setup(tasks=("prune",))))
+    assert len(prune) == 1 and prune[0].startswith("17 * * * *  {") and " prune;" in prune[0]
+    drains = lines(render(app, setup(tasks=("drain", "often"))))
+    assert [line.split("myapp ", 1)[1].split(";")[0] for line in drains] == [
+        "run often",
+        "drain --max-seconds 55",
+        "drain --max-seconds 55 --queue mail",
+    ]
+    with pytest.raises(ConfigurationError, match="retention is off"):
+        render(make_app(), setup(tasks=("prune",)))
+    with pytest.raises(ConfigurationError, match="no job handler"):
+        render(make_app(), setup(tasks=("drain",)))

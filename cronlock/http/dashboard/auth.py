@@ -10,9 +10,9 @@ Writes (retry, cancel, delete, pause, resume) need the token itself, always: a d
 no token configured is read-only and says so, unlike the API, which is then open to anyone,
 because a page reached by a browser is one a cross-site form can reach too. A form post is
 refused unless (1) its ``csrf`` field is the HMAC of the session's token (``csrf_token``),
-which a page of another site cannot read, (2) its Origin, when the browser sends one, is this
-server's own, and (3) the cookie came with it, which SameSite=Strict already keeps from
-cross-site requests.
+which a page of another site cannot read, (2) its Origin (or, without one, its Referer) is
+this server's own, a post with neither refused, and (3) the cookie came with it, which
+SameSite=Strict already keeps from cross-site requests.
 """
 
 from __future__ import annotations
@@ -90,11 +90,13 @@ def viewer(access: Access, request: Request) -> Viewer:
 
 
 def same_origin(request: Request) -> bool:
-    """Whether a post's Origin (or, without one, its Referer) is this server, or absent: a
-    browser sends Origin with every form post, so a cross-site one always has one."""
+    """Whether a post's Origin (or, without one, its Referer) is this server. A browser sends
+    Origin with every form post; a post with neither header is refused too, as the README
+    says: whatever sent it (a script, a privacy proxy that strips both), it is not a form of
+    the dashboard's own origin that can be told apart from one of another."""
     claimed = request.headers.get("origin") or request.headers.get("referer")
     if not claimed or claimed == "null":
-        return claimed is None
+        return False
     # The host and port only: behind a proxy that ends TLS the server sees http while the
     # browser says https; another site cannot have this host and port.
     return urlsplit(claimed).netloc == request.url.netloc
