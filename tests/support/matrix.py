@@ -87,51 +87,23 @@ def every(expectation: Expectation = WORKS, **cells: Expectation) -> dict[Cell, 
     return row
 
 
-def lease_broken(reason: str) -> dict[Cell, Expectation]:
-    broken = KnownBroken(reason)
-    return every(lease_exclusive=broken, lease_shared=broken)
-
-
-_DEDUP_RUNNING = (
-    "the enqueue while the first job runs creates a second job (created=True): a processing "
-    "row is outside uq_jobs_dedup_key, whose predicate (sql/tables.py JOB_DEDUP_PREDICATE) "
-    "covers pending and retrying only"
-)
-_DEDUP_RETRY = (
-    "the job enqueued with the key while the first runs is created (see 'while running'); "
-    "the first's retry then hits uq_jobs_dedup_key: UniqueViolationError from "
-    "LeasedLanes._write (leased.py, called by _batch), 'a lane failed' (lanes.py), and "
-    "work() ends FAILED with that error"
-)
-
 # The rows, in the README's order. Each row's cells say what the test of that feature asserts
 # there (tests/integration/test_matrix.py, one scenario per row).
 MATRIX: Final[Mapping[str, Mapping[Cell, Expectation]]] = {
     "dedup key: while waiting": every(),
-    "dedup key: while running": lease_broken(_DEDUP_RUNNING),
-    "dedup key: a retry of a job whose key another job took": lease_broken(_DEDUP_RETRY),
+    "dedup key: while running": every(),
+    "dedup key: a retry of a job whose key another job took": every(),
     "dedup key: concurrent enqueues": every(),
-    "per-key concurrency limit": lease_broken(
-        "a lease drainer claims no job with a concurrency key (sql/jobs.py _lease_claimed: "
-        "concurrency_key IS NULL): the drain ends with the keyed jobs still pending"
-    ),
+    "per-key concurrency limit": every(),
     "priority": every(),
     "delay and run_at": every(),
     "retries and backoff": every(),
     "timeout (the job type's)": every(),
-    "timeout (per job, at enqueue)": every(
-        KnownBroken(
-            "enqueue has no timeout option yet: TypeError: App.enqueue() got an unexpected "
-            "keyword argument 'timeout' (issue 22 item 2)"
-        )
-    ),
+    "timeout (per job, at enqueue)": every(),
     "JobCancel and JobSnooze returned": every(),
     "cooperative cancel of a running job": every(),
     "queue pause and resume": every(),
-    "tracing spans": lease_broken(
-        "a lease attempt makes no span: LeasedLanes._attempt_in does not go through "
-        "Attempts.run_traced, so only the 'enqueue …' spans are exported"
-    ),
+    "tracing spans": every(),
     "a lost worker: its job runs again, not charged; its late completion is fenced": every(),
     "a job that keeps losing its worker is stopped": every(),
     "an unknown job type": every(),
