@@ -33,6 +33,7 @@ from .errors import (
     UnknownTask,
 )
 from .locks import lock_key, namespace_key
+from .observe.status import collect as collect_status
 from .observe.tracehooks import Tracer
 from .outcome import DrainResult, JobStatus, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
@@ -679,11 +680,8 @@ class App:
 
         A database that is unreachable or not migrated to head is a ``DatabaseUnavailable``.
         """
-        # observe.status reads the App's registry: imported here, where no cycle can form.
-        from .observe.status import collect
-
         await schema.ensure_ready(self.database)
-        return await collect(self, self.database, limit=limit)
+        return await collect_status(self.tasks, self.database, limit=limit)
 
     # -- operating the queue (README "Operating the queue") -------------------------------
 

@@ -42,19 +42,20 @@ from .sql.savepoints import (
 from .sql.tables import SCHEMA
 
 if TYPE_CHECKING:
+    from sqlalchemy import URL
     from sqlalchemy.engine.interfaces import PoolProxiedConnection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
-    from .database import Database
 
 __all__ = [
     "AsyncpgStatement",
     "ClientError",
+    "Connectable",
     "DriverConnection",
     "DriverTransaction",
     "LockNotAvailable",
     "QuickConnections",
     "ServerError",
+    "UrlOptions",
     "answer_within",
     "connect",
     "connection_lost",
@@ -244,13 +245,32 @@ def _defaults(compiled: SQLCompiler, names: tuple[str, ...]) -> dict[str, Any] |
     return defaults
 
 
-async def connect(database: Database, application_name: str) -> DriverConnection:
+@dataclass(frozen=True)
+class UrlOptions:
+    """A URL's options as asyncpg takes them: the URL SQLAlchemy connects with (where the
+    server is, who connects), asyncpg keywords, and settings for the server session."""
+
+    url: URL
+    connect_args: dict[str, Any]
+    server_settings: dict[str, str]
+
+
+class Connectable(Protocol):
+    """What ``connect`` needs of a ``Database`` (``database.py`` builds on this module, so
+    this one names only the two things it reads)."""
+
+    @property
+    def pgbouncer(self) -> bool: ...
+
+    @property
+    def driver_options(self) -> UrlOptions: ...
+
+
+async def connect(database: Connectable, application_name: str) -> DriverConnection:
     """A bare asyncpg connection to ``database``, outside any pool: for a connection whose
     life is not a checkout's (the drainer's lock, its LISTEN), configured like the engine's
     (unnamed statements behind PgBouncer)."""
-    from .database import url_options  # database.py builds on this module
-
-    given = url_options(database.url)
+    given = database.driver_options
     _, options = _ASYNCPG.create_connect_args(given.url)  # type: ignore[no-untyped-call]
     for key in ("prepared_statement_cache_size", "prepared_statement_name_func"):
         options.pop(key, None)  # SQLAlchemy's own, not asyncpg's

@@ -9,13 +9,13 @@ drainer takes: ``observe.serving``), recent failures, rates, and the drainers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import sql
-from ..app import App
 from ..database import Database
-from ..periodic import backlog
+from ..periodic import PeriodicTask, backlog
 from .serving import is_unserved, live_active
 
 if TYPE_CHECKING:
@@ -29,9 +29,14 @@ def _jsonable(value: Any) -> Any:
 
 
 async def collect(
-    app: App, database: Database, *, limit: int = 5, now: datetime | None = None
+    tasks: Mapping[str, PeriodicTask],
+    database: Database,
+    *,
+    limit: int = 5,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The report; ``now`` (default: the clock) is when a registered task is overdue at."""
+    """The report on an app's registered ``tasks`` and whatever else ran; ``now`` (default:
+    the clock) is when a registered task is overdue at."""
     now = now or datetime.now(UTC)
     async with database.connect() as conn:
         rows = (await conn.execute(sql.RUN_RECENT_PER_TASK, {"limit": limit})).mappings()
@@ -45,8 +50,8 @@ async def collect(
             for row in (await conn.execute(sql.RUN_LAST_REAL_PER_TASK)).mappings()
         }
         health = await _slot_health(conn)
-        overdue = await backlog.overdue_by_task(conn, app.tasks.values(), now)
-    names = sorted(set(app.tasks) | set(by_task))
+        overdue = await backlog.overdue_by_task(conn, tasks.values(), now)
+    names = sorted(set(tasks) | set(by_task))
     return {
         "tasks": [
             {
