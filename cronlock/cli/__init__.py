@@ -4,7 +4,7 @@
 calls the library, renders what it got (``render``) and exits with its code (``context``);
 ``COMMANDS`` says which module holds each (``runs``: the periodic tasks, ``queue``: enqueue
 and the drainers, ``operate``: jobs and queue control, ``admin``: the schema, the status,
-retention, and ``scheduler``, ``embedded``, ``serve``, ``bench``).
+retention, and ``scheduler``, ``embedded``, ``serve``; ``bench`` is ``cronlock_bench``'s).
 
 Exit codes (DESIGN.md): 0 completed or skipped, 1 the run failed and rolled back, 2 usage or
 configuration error (one line on stderr, never a traceback), 3 partial; a drain a signal
@@ -43,91 +43,91 @@ _GLOBAL_OPTIONS = (
 )
 
 
-# Each command: its module in this package, its name there, and its summary. A command's module
-# is imported when that command runs (as pip keeps its commands), so `cronlock --help` lists
-# them from here and imports none, and `cronlock run TASK` none but its own: neither needs
-# alembic, FastAPI or the dashboard, and --help not even SQLAlchemy.
+# Each command: its module (a relative name is in this package), its name there, and its
+# summary. A command's module is imported when that command runs (as pip keeps its commands),
+# so `cronlock --help` lists them from here and imports none, and `cronlock run TASK` none but
+# its own: neither needs alembic, FastAPI or the dashboard, and --help not even SQLAlchemy.
 # tests/unit/test_startup.py holds each summary to its command's own help.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "bench": (
-        "bench",
+        "cronlock_bench.command",  # the package beside cronlock's, in the same wheel
         "bench",
         "Measure cronlock on this database: enqueue and drain rates, latency, a periodic run, "
         "recovery after SIGKILL of the active worker; print a table (or --json).",
     ),
     "crontab": (
-        "runs",
+        ".runs",
         "crontab",
         "Print crontab lines for the registered tasks that run as they are under cron.",
     ),
     "demo": (
-        "runs",
+        ".runs",
         "demo",
         "The whole story on the embedded default, end to end, with a summary.",
     ),
     "drain": (
-        "queue",
+        ".queue",
         "drain",
         "Process due jobs until none is due or S seconds passed; skip if another (exclusive) "
         "drainer is active.",
     ),
     "embedded": (
-        "embedded",
+        ".embedded",
         "embedded_group",
         "The embedded PostgreSQL (the default with no database configured): status, stop, remove.",
     ),
     "enqueue": (
-        "queue",
+        ".queue",
         "enqueue",
         "Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id.",
     ),
     "jobs": (
-        "operate",
+        ".operate",
         "jobs_group",
         "Find jobs and act on them: list, show, retry, cancel, delete.",
     ),
     "list": (
-        "runs",
+        ".runs",
         "list_tasks",
         "Periodic tasks: name, cron, timezone, lock key, next fire times (their zone and UTC); "
         "the job types: queue, retries, timeout, handled or only declared.",
     ),
-    "migrate": ("admin", "migrate", "Create or upgrade cronlock's schema (idempotent)."),
+    "migrate": (".admin", "migrate", "Create or upgrade cronlock's schema (idempotent)."),
     "prune": (
-        "admin",
+        ".admin",
         "prune",
         "The built-in retention now: delete completed jobs older than the app's retention "
         "(7 days by default), failed and cancelled ones (30 days), runs (30 days) and stale "
         "worker rows, in short batches; say what went.",
     ),
     "queue": (
-        "operate",
+        ".operate",
         "queue_group",
         "Queue control for every drainer on every host: list, pause, resume.",
     ),
     "run": (
-        "runs",
+        ".runs",
         "run_task",
         "One run of TASK now, under its lock, for the slot it belongs to.",
     ),
     "scheduler": (
-        "scheduler",
+        ".scheduler",
         "scheduler",
         "Long-running: fire every periodic task on time (APScheduler); SIGTERM is graceful.",
     ),
     "serve": (
-        "serve",
+        ".serve",
         "serve",
         "The HTTP API (POST /jobs, GET /jobs/{id}, /runs, /healthz, /metrics) and the "
         "dashboard (/dashboard/) on uvicorn.",
     ),
     "status": (
-        "admin",
+        ".admin",
         "status",
         "Last runs per task; the queue: counts, oldest due job, failures, rates, drainers.",
     ),
     "worker": (
-        "queue",
+        ".queue",
         "worker",
         "Long-running drainer: stands by while another is active, takes over when it stops or "
         "dies (with --shared: active beside the queue's other shared drainers at once).",
@@ -157,7 +157,7 @@ class CronlockGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, attribute, _ = COMMANDS[cmd_name]
-        command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+        command: click.Command = getattr(importlib.import_module(module, __name__), attribute)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

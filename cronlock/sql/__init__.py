@@ -2,8 +2,9 @@
 
 Statements are SQLAlchemy Core built from the tables (``tables.py``), one module per table
 (``jobs``, ``runs``, ``workers``, ``queues``) plus the advisory locks (``locks``), the item
-savepoints' verbs (``savepoints``), alembic's version table (``migrations``), histogram
-buckets computed in SQL (``histograms``) and ``cronlock bench``'s own (``bench``). Values are
+savepoints' verbs (``savepoints``), alembic's version table (``migrations``) and histogram
+buckets computed in SQL (``histograms``); ``cronlock bench``'s are ``cronlock_bench.sql``,
+held to the same rules. Values are
 bound parameters and the schema is applied by ``schema_translate_map``, so nothing from input
 is ever formatted into SQL. Names put the noun first so related statements sort together;
 every statement is re-exported here, so code reads ``sql.JOB_CLAIM``. A statement whose shape

@@ -8,7 +8,7 @@ import time
 import uuid
 from datetime import datetime
 
-from ..sql import bench as bench_sql
+from . import sql as bench_sql
 from .app import JOB_TYPE
 from .scratch import Scratch
 

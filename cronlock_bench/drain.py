@@ -12,8 +12,9 @@ import contextlib
 import time
 from typing import Any
 
-from ..queue.drainer import CommitMode, Drainer
-from ..sql import bench as bench_sql
+from cronlock.queue.drainer import CommitMode, Drainer
+
+from . import sql as bench_sql
 from .app import JOB_TYPE
 from .progress import Progress
 from .scratch import Scratch
