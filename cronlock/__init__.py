@@ -41,6 +41,7 @@ __all__ = [
     "JobChange",
     "JobContext",
     "JobError",
+    "JobFilter",
     "JobHandler",
     "JobInfo",
     "JobPage",

@@ -42,7 +42,7 @@ from .queue.control import QueueInfo, QueueState
 from .queue.drainer import CommitMode, Drainer, Keepalive
 from .queue.handling import JobCancel, JobContext, JobSnooze, current_job
 from .queue.jobs import Backoff, Enqueued, JobHandler, JobType
-from .queue.operate import ChangeOutcome, JobChange, JobInfo, JobPage, JobsChanged
+from .queue.operate import ChangeOutcome, JobChange, JobFilter, JobInfo, JobPage, JobsChanged
 from .retention import PruneResult, Retention
 from .scheduler import Scheduler
 from .service import serve_drain, serve_scheduler, serve_worker

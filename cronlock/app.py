@@ -13,7 +13,7 @@ import logging
 import random
 import re
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -35,7 +35,7 @@ from .errors import (
 from .locks import lock_key, namespace_key
 from .observe.status import collect as collect_status
 from .observe.tracehooks import Tracer
-from .outcome import DrainResult, JobStatus, RunResult
+from .outcome import DrainResult, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
 from .pg import ServerError
 from .queue import cancel, control, operate
@@ -62,6 +62,7 @@ from .queue.jobs import (
     check_queue,
 )
 from .queue.liveness import DEFAULT_SWEEP_INTERVAL
+from .queue.operate import JobFilter
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
@@ -73,7 +74,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 # The built-in tasks: `cronlock run drain`, `cronlock run prune`.
 RESERVED_NAMES = frozenset({"drain", PRUNE_TASK})
 
-Statuses = JobStatus | str | Iterable[JobStatus | str] | None
+# What the operator verbs act on when given no filter: every job (each verb narrowed to the
+# statuses it acts on).
+_EVERY_JOB = JobFilter()
 
 Seconds = float | timedelta
 
@@ -692,48 +695,17 @@ class App:
 
     @_schema_checked
     async def list_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
+        self, where: JobFilter = _EVERY_JOB, *, limit: int = 50, cursor: str | None = None
     ) -> operate.JobPage:
-        """Jobs newest first, ``limit`` (at most 1,000) a page: of any of ``status``, of one
-        ``queue``, of one ``job_type``, created in [created_after, created_before). Pass a
-        page's ``next_cursor`` as ``cursor`` for the next one."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
+        """The jobs ``where`` matches (default: every job) newest first, ``limit`` (at most
+        1,000) a page. Pass a page's ``next_cursor`` as ``cursor`` for the next one."""
         return await operate.list_jobs(self.database, where, limit=limit, cursor=cursor)
 
     @_schema_checked
-    async def count_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        verb: str | None = None,
-    ) -> int:
-        """How many jobs match (what ``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, named
-        by ``verb``, would act on: the filter narrowed to the statuses it acts on)."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
+    async def count_jobs(self, where: JobFilter = _EVERY_JOB, *, verb: str | None = None) -> int:
+        """How many jobs ``where`` matches (what ``retry_jobs``, ``cancel_jobs`` or
+        ``delete_jobs``, named by ``verb``, would act on: narrowed to the statuses it acts
+        on)."""
         chosen = None if verb is None else _verb(verb)
         return await operate.count_jobs(self.database, where, chosen)
 
@@ -745,24 +717,9 @@ class App:
         return await operate.change_job(self.database, operate.Verb.RETRY, job_id)
 
     @_schema_checked
-    async def retry_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-    ) -> operate.JobsChanged:
+    async def retry_jobs(self, where: JobFilter = _EVERY_JOB) -> operate.JobsChanged:
         """``retry_job`` for every failed and retrying job that matches (``status`` narrows
         it to one of them), in batches of short transactions."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
         return await operate.change_jobs(self.database, operate.Verb.RETRY, where)
 
     @_schema_checked
@@ -778,25 +735,10 @@ class App:
         return await cancel.cancel_job(self.database, job_id, wait=wait)
 
     @_schema_checked
-    async def cancel_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-    ) -> operate.JobsChanged:
+    async def cancel_jobs(self, where: JobFilter = _EVERY_JOB) -> operate.JobsChanged:
         """``cancel_job`` for every waiting (pending or retrying) job that matches, in batches
         of short transactions: a waiting one is cancelled; one a drainer runs now is asked to
         stop, without waiting, and counted ``cancel_requested``."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
         return await operate.change_jobs(self.database, operate.Verb.CANCEL, where)
 
     @_schema_checked
@@ -805,23 +747,8 @@ class App:
         return await operate.change_job(self.database, operate.Verb.DELETE, job_id)
 
     @_schema_checked
-    async def delete_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-    ) -> operate.JobsChanged:
+    async def delete_jobs(self, where: JobFilter = _EVERY_JOB) -> operate.JobsChanged:
         """Delete every finished job that matches, in batches of short transactions."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
         return await operate.change_jobs(self.database, operate.Verb.DELETE, where)
 
     @_schema_checked

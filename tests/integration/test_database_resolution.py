@@ -84,7 +84,7 @@ CALLS: dict[str, Call] = {
     "run": lambda app: app.run("tick", manual=True),
     "drain": lambda app: app.drain(),
     "list_jobs": lambda app: app.list_jobs(),
-    "retry_jobs": lambda app: app.retry_jobs(status="failed"),
+    "retry_jobs": lambda app: app.retry_jobs(cronlock.JobFilter(status="failed")),
     "pause_queue": lambda app: app.pause_queue("default"),
     "queues": lambda app: app.queues(),
     "prune": lambda app: app.prune(dry_run=True),

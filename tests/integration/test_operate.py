@@ -19,7 +19,7 @@ from sqlalchemy import func, insert, select
 from testapps import jobs as testjobs
 from waiting import eventually
 
-from cronlock import App, ChangeOutcome, Database, InvalidJobOption, JobStatus
+from cronlock import App, ChangeOutcome, Database, InvalidJobOption, JobFilter, JobStatus
 from cronlock.sql.tables import jobs
 
 
@@ -82,24 +82,22 @@ async def test_get_and_list_newest_first_with_filters_and_pages(database: Databa
                 break
         assert seen == [other.id, *reversed(ids)]  # newest first, each once
 
-        assert [j.id for j in (await app.list_jobs(queue="other")).jobs] == [other.id]
-        assert len((await app.list_jobs(job_type="noop")).jobs) == 5
-        assert (await app.list_jobs(status="completed")).jobs == ()
+        assert [j.id for j in (await app.list_jobs(JobFilter(queue="other"))).jobs] == [other.id]
+        assert len((await app.list_jobs(JobFilter(job_type="noop"))).jobs) == 5
+        assert (await app.list_jobs(JobFilter(status="completed"))).jobs == ()
         first = await app.get_job(ids[2])
         assert first is not None
-        newer = await app.list_jobs(created_after=first.created_at, job_type="noop")
+        newer = await app.list_jobs(JobFilter(created_after=first.created_at, job_type="noop"))
         assert [j.id for j in newer.jobs] == [ids[4], ids[3], ids[2]]
-        assert await app.count_jobs(status=["pending"]) == 6
+        assert await app.count_jobs(JobFilter(status=["pending"])) == 6
         assert await app.count_jobs(verb="delete") == 0
 
-        for bad in (
-            {"status": "lost"},
-            {"created_after": datetime(2026, 1, 1)},
-            {"limit": 0},
-            {"cursor": "not-a-cursor"},
-        ):
+        for bad in ({"status": "lost"}, {"created_after": datetime(2026, 1, 1)}):
             with pytest.raises(InvalidJobOption):
-                await app.list_jobs(**bad)
+                JobFilter(**bad)  # checked when made
+        for paging in ({"limit": 0}, {"cursor": "not-a-cursor"}):
+            with pytest.raises(InvalidJobOption):
+                await app.list_jobs(**paging)
 
 
 async def test_retry_a_failed_job_gives_it_one_more_attempt_and_keeps_its_history(
@@ -160,7 +158,7 @@ async def test_retry_leaves_a_job_whose_dedup_key_is_held(database: Database) ->
                         completed_at=datetime.now(UTC),
                     )
                 )
-        bulk = await app.retry_jobs(status="failed")
+        bulk = await app.retry_jobs(JobFilter(status="failed"))
         assert (bulk.matched, bulk.changed) == (2, 1)
         assert bulk.unchanged == {ChangeOutcome.DEDUP_KEY_HELD: 1}
         [left] = await job_rows(database, status="failed")
@@ -194,8 +192,8 @@ async def test_delete_only_finished_jobs(database: Database) -> None:
         for n in range(3):
             await app.enqueue(app.database, "echo", {"n": n}, queue="other")
         with pytest.raises(InvalidJobOption, match="delete acts on completed"):
-            await app.delete_jobs(status="pending")
-        gone = await app.delete_jobs(queue="default")
+            await app.delete_jobs(JobFilter(status="pending"))
+        gone = await app.delete_jobs(JobFilter(queue="default"))
         assert (gone.matched, gone.changed) == (1, 1)
         assert await _statuses(database) == {"pending": 3}
         assert (await app.delete_job(waiting.id)).outcome is ChangeOutcome.NOT_FOUND
@@ -204,12 +202,12 @@ async def test_delete_only_finished_jobs(database: Database) -> None:
 async def test_bulk_changes_walk_in_batches(database: Database) -> None:
     async with job_app(database) as app:
         await _failed_rows(database, "noop", 1203)
-        changed = await app.retry_jobs(job_type="noop")
+        changed = await app.retry_jobs(JobFilter(job_type="noop"))
         assert (changed.matched, changed.changed, dict(changed.unchanged)) == (1203, 1203, {})
         assert await _statuses(database) == {"retrying": 1203}
-        cancelled = await app.cancel_jobs(status="retrying")
+        cancelled = await app.cancel_jobs(JobFilter(status="retrying"))
         assert cancelled.changed == 1203
-        deleted = await app.delete_jobs(status="cancelled")
+        deleted = await app.delete_jobs(JobFilter(status="cancelled"))
         assert deleted.changed == 1203 and await job_rows(database) == []
 
 
@@ -304,7 +302,7 @@ async def test_retry_racing_a_drain(database: Database, mode: str) -> None:
         await _failed_rows(database, "count", 300)
         drainer, working = await _work(app, commit_mode=mode, batch_size=10)
         try:
-            retried = await app.retry_jobs(status="failed")
+            retried = await app.retry_jobs(JobFilter(status="failed"))
             assert retried.changed == 300  # no failed job is ever locked by a drainer
             await eventually(lambda: _is(database, "completed", 300), timeout=30)
             again = await app.retry_jobs()  # nothing left to retry
