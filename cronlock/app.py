@@ -14,9 +14,10 @@ import random
 import re
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -73,6 +74,20 @@ logger = logging.getLogger("cronlock.queue")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 # The built-in tasks: `cronlock run drain`, `cronlock run prune`.
 RESERVED_NAMES = frozenset({"drain", PRUNE_TASK})
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options every enqueue takes beside its payloads and keys (``App.enqueue``,
+    ``enqueue_tx``, ``enqueue_many``, ``enqueue_many_tx``; ``enqueue`` says what each does)."""
+
+    max_retries: int | None
+    delay: float | timedelta | None
+    run_at: datetime | None
+    priority: int
+    queue: str | None
+    concurrency_limit: int | None
+    allow_unknown: bool
+
 
 # What the operator verbs act on when given no filter: every job (each verb narrowed to the
 # statuses it acts on).
@@ -429,25 +444,18 @@ class App:
 
     async def enqueue(
         self,
-        executor: AsyncSession | AsyncConnection | Database,
         job_type: str,
         payload: Any = None,
         *,
-        max_retries: int | None = None,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        priority: int = 0,
-        queue: str | None = None,
         dedup_key: str | None = None,
         concurrency_key: str | None = None,
-        concurrency_limit: int | None = None,
-        allow_unknown: bool = False,
+        **options: Unpack[EnqueueOptions],
     ) -> Enqueued:
-        """Add a job in the caller's transaction (``executor``); the caller commits.
+        """Add a job and commit it on its own, through the app's database, before this
+        returns: one round trip for a job without a dedup key, the fast way to enqueue jobs
+        one at a time when no transaction of the caller's needs to include them
+        (``enqueue_tx`` adds it in the caller's transaction instead).
 
-        Given a ``Database`` (``app.database``) instead, the job is committed on its own before
-        this returns: one round trip for a job without a dedup key, the fast way to enqueue
-        jobs one at a time when no transaction of the caller's needs to include them.
         Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
         nothing is added and the answer carries that job's id with ``created=False``.
         With a ``concurrency_key``, at most ``concurrency_limit`` jobs with that key (default:
@@ -457,70 +465,95 @@ class App:
         WARNING says that only a drainer whose app has its handler can run it.
         """
         [answer] = await self.enqueue_many(
+            job_type,
+            [payload],
+            dedup_keys=None if dedup_key is None else [dedup_key],
+            concurrency_keys=None if concurrency_key is None else [concurrency_key],
+            **options,
+        )
+        return answer
+
+    async def enqueue_tx(
+        self,
+        executor: AsyncSession | AsyncConnection,
+        job_type: str,
+        payload: Any = None,
+        *,
+        dedup_key: str | None = None,
+        concurrency_key: str | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """``enqueue`` in the caller's transaction (``executor``): the job commits or rolls
+        back with the caller's own work; the caller commits."""
+        [answer] = await self.enqueue_many_tx(
             executor,
             job_type,
             [payload],
-            max_retries=max_retries,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            queue=queue,
             dedup_keys=None if dedup_key is None else [dedup_key],
             concurrency_keys=None if concurrency_key is None else [concurrency_key],
-            concurrency_limit=concurrency_limit,
-            allow_unknown=allow_unknown,
+            **options,
         )
         return answer
 
     @_schema_checked
     async def enqueue_many(
         self,
-        executor: AsyncSession | AsyncConnection | Database,
         job_type: str,
         payloads: Sequence[Any],
         *,
-        max_retries: int | None = None,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        priority: int = 0,
-        queue: str | None = None,
         dedup_keys: Sequence[str | None] | None = None,
         concurrency_keys: Sequence[str | None] | None = None,
-        concurrency_limit: int | None = None,
-        allow_unknown: bool = False,
+        **options: Unpack[EnqueueOptions],
     ) -> list[Enqueued]:
-        """Add one job per payload with one statement, in the caller's transaction.
+        """Add one job per payload with one statement, committed together on their own
+        before this returns. ``dedup_keys`` and ``concurrency_keys`` give one key (or None)
+        per payload; the other options are ``enqueue``'s."""
+        return await self._enqueue(
+            self.database, job_type, payloads, dedup_keys, concurrency_keys, options
+        )
 
-        Given a ``Database`` instead, the jobs are committed together before this returns.
-        ``dedup_keys`` and ``concurrency_keys`` give one key (or None) per payload;
-        ``concurrency_limit`` and ``allow_unknown`` are ``enqueue``'s.
-        """
+    @_schema_checked
+    async def enqueue_many_tx(
+        self,
+        executor: AsyncSession | AsyncConnection,
+        job_type: str,
+        payloads: Sequence[Any],
+        *,
+        dedup_keys: Sequence[str | None] | None = None,
+        concurrency_keys: Sequence[str | None] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> list[Enqueued]:
+        """``enqueue_many`` in the caller's transaction (``executor``); the caller commits."""
+        return await self._enqueue(
+            executor, job_type, payloads, dedup_keys, concurrency_keys, options
+        )
+
+    async def _enqueue(
+        self,
+        into: AsyncSession | AsyncConnection | Database,
+        job_type: str,
+        payloads: Sequence[Any],
+        dedup_keys: Sequence[str | None] | None,
+        concurrency_keys: Sequence[str | None] | None,
+        options: EnqueueOptions,
+    ) -> list[Enqueued]:
         known = self.knows(job_type)
-        options: dict[str, Any] = {
-            "schema": self._schema_of_jobs(),
-            "allow_unknown": allow_unknown,
-            "max_retries": max_retries,
-            "delay": delay,
-            "run_at": run_at,
-            "priority": priority,
-            "queue": queue,
-            "dedup_keys": dedup_keys,
-            "concurrency_keys": concurrency_keys,
-            "concurrency_limit": concurrency_limit,
-        }
+        schema = self._schema_of_jobs()
         tracing = self.tracing
-        if tracing is None:
-            answers = await enqueue_many(executor, self.job_types, job_type, payloads, **options)
-        else:
-            with tracing.enqueue(job_type, len(payloads)) as trace_context:
-                answers = await enqueue_many(
-                    executor,
-                    self.job_types,
-                    job_type,
-                    payloads,
-                    trace_context=trace_context,
-                    **options,
-                )
+        # A traced app's enqueue is a span, whose context the jobs carry; else no context.
+        span = nullcontext(None) if tracing is None else tracing.enqueue(job_type, len(payloads))
+        with span as trace_context:
+            answers = await enqueue_many(
+                into,
+                self.job_types,
+                job_type,
+                payloads,
+                schema=schema,
+                trace_context=trace_context,
+                dedup_keys=dedup_keys,
+                concurrency_keys=concurrency_keys,
+                **options,
+            )
         if not known and job_type not in self._warned_unknown:
             self._warned_unknown.add(job_type)  # once per type: not a line per job
             logger.warning(

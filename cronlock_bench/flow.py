@@ -22,7 +22,7 @@ Sent = tuple[uuid.UUID, float]
 
 async def enqueue_one(scratch: Scratch) -> Sent:
     before = time.time()
-    answer = await scratch.app.enqueue(scratch.database, JOB_TYPE, {}, queue=scratch.queue)
+    answer = await scratch.app.enqueue(JOB_TYPE, {}, queue=scratch.queue)
     return answer.id, before
 
 

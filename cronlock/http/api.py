@@ -245,7 +245,6 @@ def create_router(
         # Committed on its own (one INSERT without a dedup key); bad input writes nothing.
         try:
             answer = await app.enqueue(
-                app.database,
                 body.job_type,
                 body.payload,
                 max_retries=body.max_retries,

@@ -32,7 +32,7 @@ async def _statuses(database: Database) -> dict[str, int]:
 
 async def _fail_for_good(app: App, job_type: str = "always_fail") -> uuid.UUID:
     """A job of ``job_type`` that failed every attempt (max_retries=2: three attempts)."""
-    answer = await app.enqueue(app.database, job_type, {})
+    answer = await app.enqueue(job_type, {})
     later = datetime.now(UTC)
     for _ in range(3):
         later += timedelta(hours=2)
@@ -66,8 +66,8 @@ async def _failed_rows(database: Database, job_type: str, count: int) -> None:
 
 async def test_get_and_list_newest_first_with_filters_and_pages(database: Database) -> None:
     async with job_app(database) as app:
-        ids = [(await app.enqueue(app.database, "noop", {"n": n})).id for n in range(5)]
-        other = await app.enqueue(app.database, "echo", {}, queue="other")
+        ids = [(await app.enqueue("noop", {"n": n})).id for n in range(5)]
+        other = await app.enqueue("echo", {}, queue="other")
         job = await app.get_job(ids[0])
         assert job is not None and job.status is JobStatus.PENDING and job.payload == {"n": 0}
         assert await app.get_job(uuid.uuid4()) is None
@@ -123,7 +123,7 @@ async def test_retry_a_failed_job_gives_it_one_more_attempt_and_keeps_its_histor
 
         again = await app.retry_job(uuid.uuid4())
         assert again.outcome is ChangeOutcome.NOT_FOUND and not again.changed
-        done = await app.enqueue(app.database, "noop", {})
+        done = await app.enqueue("noop", {})
         await app.drain()
         wrong = await app.retry_job(done.id)
         assert (wrong.outcome, wrong.status) == (ChangeOutcome.WRONG_STATUS, JobStatus.COMPLETED)
@@ -131,7 +131,7 @@ async def test_retry_a_failed_job_gives_it_one_more_attempt_and_keeps_its_histor
 
 async def test_retry_makes_a_retrying_job_due_now(database: Database) -> None:
     async with job_app(database) as app:
-        answer = await app.enqueue(app.database, "flaky", {"key": "r"})
+        answer = await app.enqueue("flaky", {"key": "r"})
         await app.drain()  # attempt 1 fails: retrying, due in a second
         [row] = await job_rows(database)
         assert row["status"] == "retrying" and row["run_at"] > await scalar(database, func.now())
@@ -169,7 +169,7 @@ async def test_retry_leaves_a_job_whose_dedup_key_is_held(database: Database) ->
 
 async def test_cancel_a_waiting_job_and_it_never_runs(database: Database) -> None:
     async with job_app(database) as app:
-        answer = await app.enqueue(app.database, "count", {"n": 1})
+        answer = await app.enqueue("count", {"n": 1})
         change = await app.cancel_job(answer.id)
         assert (change.outcome, change.status) == (ChangeOutcome.CANCELLED, JobStatus.CANCELLED)
         assert (await app.drain()).stats["processed"] == 0
@@ -185,12 +185,12 @@ async def test_cancel_a_waiting_job_and_it_never_runs(database: Database) -> Non
 
 async def test_delete_only_finished_jobs(database: Database) -> None:
     async with job_app(database) as app:
-        waiting = await app.enqueue(app.database, "noop", {})
+        waiting = await app.enqueue("noop", {})
         refused = await app.delete_job(waiting.id)
         assert refused.outcome is ChangeOutcome.WRONG_STATUS and "cancel it first" in refused.detail
         await app.drain()
         for n in range(3):
-            await app.enqueue(app.database, "echo", {"n": n}, queue="other")
+            await app.enqueue("echo", {"n": n}, queue="other")
         with pytest.raises(InvalidJobOption, match="delete acts on completed"):
             await app.delete_jobs(JobFilter(status="pending"))
         gone = await app.delete_jobs(JobFilter(queue="default"))
@@ -232,7 +232,7 @@ async def test_cancel_of_a_running_job_stops_it_and_the_drainer_goes_on(
 ) -> None:
     started, _ = gate
     async with job_app(database) as app:
-        answer = await app.enqueue(app.database, "gated", {"n": 1})
+        answer = await app.enqueue("gated", {"n": 1})
         drainer, working = await _work(app)
         try:
             await eventually(lambda: asyncio.sleep(0, started.exists()))
@@ -242,7 +242,7 @@ async def test_cancel_of_a_running_job_stops_it_and_the_drainer_goes_on(
             assert "cancelled while running" in change.detail
             retry = await app.retry_job(answer.id)
             assert retry.outcome is ChangeOutcome.WRONG_STATUS  # cancelled, not failed
-            after = await app.enqueue(app.database, "count", {"n": 2})
+            after = await app.enqueue("count", {"n": 2})
             await eventually(lambda: _is(database, "completed", 1))
             assert (await app.get_job(after.id)).status is JobStatus.COMPLETED  # type: ignore[union-attr]
         finally:
@@ -273,7 +273,7 @@ async def _no_double_runs(database: Database, gated: int = 0) -> int:
 @pytest.mark.parametrize("mode", ["strict", "batch"])
 async def test_cancel_racing_the_claim(database: Database, mode: str) -> None:
     async with job_app(database) as app:
-        await app.enqueue_many(app.database, "count", [{"n": n} for n in range(300)])
+        await app.enqueue_many("count", [{"n": n} for n in range(300)])
         drainer, working = await _work(app, commit_mode=mode, batch_size=10)
         try:
             cancelled = requested = 0
@@ -319,8 +319,8 @@ async def test_pause_while_a_batch_is_in_flight(
 ) -> None:
     started, release = gate
     async with job_app(database) as app:
-        await app.enqueue_many(app.database, "gated", [{"n": n} for n in range(100, 103)])
-        await app.enqueue_many(app.database, "count", [{"n": n} for n in range(20)])
+        await app.enqueue_many("gated", [{"n": n} for n in range(100, 103)])
+        await app.enqueue_many("count", [{"n": n} for n in range(20)])
         drainer, working = await _work(app, commit_mode="batch", batch_size=3)
         try:
             await eventually(lambda: asyncio.sleep(0, started.exists()))
@@ -351,7 +351,7 @@ async def test_a_paused_queue_wakes_on_resume_without_waiting_for_its_poll(
 ) -> None:
     async with job_app(database) as app:
         await app.pause_queue("default")
-        await app.enqueue(app.database, "noop", {})
+        await app.enqueue("noop", {})
         drainer = app.drainer(poll_interval=30, heartbeat_interval=0.2)
         working = asyncio.create_task(drainer.work())
         try:
