@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -97,6 +97,16 @@ def _idle_timeout(error: BaseException) -> bool:
     ``idle_in_transaction_session_timeout``: in a job's transaction that is the handler's
     doing (it ran that long outside the database), so it is the job's failure, not a fault of
     the infrastructure (counted as one, such a job would run again forever)."""
+    return any(
+        isinstance(current, asyncpg.IdleInTransactionSessionTimeoutError)
+        or "idle-in-transaction timeout" in str(current)
+        for current in _chain(error)
+    )
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and every exception it came from: its cause, its context and, for
+    SQLAlchemy's DBAPIError, the driver's error (``orig``), each once."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [error]
     while pending:
@@ -104,15 +114,11 @@ def _idle_timeout(error: BaseException) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, asyncpg.IdleInTransactionSessionTimeoutError):
-            return True
-        if "idle-in-transaction timeout" in str(current):
-            return True
+        yield current
         orig = getattr(current, "orig", None)
         pending += [current.__cause__, current.__context__]
         if isinstance(orig, BaseException):
             pending.append(orig)
-    return False
 
 
 def connection_lost(error: BaseException) -> bool:
@@ -130,13 +136,7 @@ def connection_lost(error: BaseException) -> bool:
     gone is not (``queue/attempt.py`` asks whether the lane's transaction survived)."""
     if _idle_timeout(error):
         return False
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in _chain(error):
         if isinstance(current, (*_SESSION_OVER, asyncpg.InternalClientError)):
             return True
         if type(current) is asyncpg.InterfaceError and "closed" in str(current):
@@ -145,10 +145,6 @@ def connection_lost(error: BaseException) -> bool:
             return True
         if getattr(current, "connection_invalidated", False):  # SQLAlchemy saw a disconnect
             return True
-        orig = getattr(current, "orig", None)  # SQLAlchemy's DBAPIError: the driver's error
-        pending += [current.__cause__, current.__context__]
-        if isinstance(orig, BaseException):
-            pending.append(orig)
     return False
 
 
