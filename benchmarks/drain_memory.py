@@ -96,7 +96,7 @@ async def _seed(url: str, n: int) -> float:
         for first in range(0, n, CHUNK):
             count = min(CHUNK, n - first)
             async with database.engine.begin() as conn:
-                await seeder.enqueue_many(conn, "noop", [{}] * count)
+                await seeder.enqueue_many_tx(conn, "noop", [{}] * count)
     finally:
         await seeder.aclose()
     return time.perf_counter() - started

@@ -35,7 +35,7 @@ async def seed(url: str, count: int) -> float:
     try:
         async with database.session() as session:
             started = time.perf_counter()
-            await app.enqueue_many(session, "noop", [{"n": i} for i in range(count)])
+            await app.enqueue_many_tx(session, "noop", [{"n": i} for i in range(count)])
             await session.commit()
             return time.perf_counter() - started
     finally:

@@ -8,9 +8,9 @@ the ways are interleaved and share the machine's moods; each figure is the media
 rounds with its min..max: jobs/s on the client's clock and the client process's CPU time per
 job (``time.process_time``, less sensitive to other load than the wall clock).
 
-- ``cronlock (caller's transaction)``: ``engine.begin()`` then ``App.enqueue(conn, …)``:
+- ``cronlock (caller's transaction)``: ``engine.begin()`` then ``App.enqueue_tx(conn, …)``:
   BEGIN, INSERT, COMMIT through SQLAlchemy (the harness's adapter before the fast path).
-- ``cronlock (Database)``: ``App.enqueue(app.database, …)``, committed on its own: one INSERT
+- ``cronlock (Database)``: ``App.enqueue(…)``, committed on its own: one INSERT
   on a pooled connection's asyncpg driver.
 - ``raw asyncpg BEGIN/INSERT/COMMIT`` and ``raw asyncpg INSERT``: cronlock's own INSERT
   (compiled from ``sql.JOB_INSERT_MANY``) on one dedicated connection.
@@ -93,10 +93,10 @@ async def measure(server: str, n: int, rounds: int, warmup: int = 50) -> dict[st
 
         async def in_callers_transaction() -> object:
             async with database.engine.begin() as conn:
-                return await app.enqueue(conn, "noop", {})
+                return await app.enqueue_tx(conn, "noop", {})
 
         async def on_database() -> object:
-            return await app.enqueue(database, "noop", {})
+            return await app.enqueue("noop", {})
 
         async def raw_transaction() -> object:
             async with own.transaction():

@@ -247,7 +247,7 @@ async def measure_vacuum(
             except asyncpg.PostgresError:  # a server without the contrib modules
                 counted = False
             async with long_app.database.session() as session:
-                long_job = (await long_app.enqueue(session, "long", {})).id
+                long_job = (await long_app.enqueue_tx(session, "long", {})).id
                 await session.commit()
             await conn.execute("VACUUM cronlock.jobs")  # from a table without dead rows
             long_drain = asyncio.create_task(long_app.drainer(queue=LONG, commit_mode=mode).drain())
@@ -255,7 +255,7 @@ async def measure_vacuum(
             # Sampling ends as the handler does, before the outcome's commit.
             sampling = asyncio.create_task(sampler.run(events["finished"]))
             async with short_app.database.session() as session:
-                await short_app.enqueue_many(session, "noop", [{}] * jobs)
+                await short_app.enqueue_many_tx(session, "noop", [{}] * jobs)
                 await session.commit()
             started = time.perf_counter()
             drained = await short_app.drainer(queue=SHORT, commit_mode="batch").drain()
@@ -359,7 +359,7 @@ async def measure_idle(
                     role,
                 )
                 async with worker.database.session() as session:
-                    job_id = (await worker.enqueue(session, "long", {})).id
+                    job_id = (await worker.enqueue_tx(session, "long", {})).id
                     await session.commit()
                 started = time.perf_counter()
                 result = await asyncio.wait_for(

@@ -105,7 +105,7 @@ async def _case(
             )
             app.use_database(url)
             async with app.database.session() as session:
-                await app.enqueue_many(session, "burn", [{"n": i} for i in range(jobs)])
+                await app.enqueue_many_tx(session, "burn", [{"n": i} for i in range(jobs)])
                 await session.commit()
             await _poll(
                 conn,

@@ -7,6 +7,6 @@ lucky or unlucky run is visible instead of hidden. Percentiles use the nearest-r
 
 from __future__ import annotations
 
-from cronlock.bench.stats import Spread, percentile, spread
+from cronlock_bench.stats import Spread, percentile, spread
 
 __all__ = ["Spread", "percentile", "spread"]

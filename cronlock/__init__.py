@@ -3,50 +3,18 @@
 The public API is exactly ``__all__``, plus ``__version__`` and the optional ``cronlock.http``
 (``create_router``, ``create_api``: the 'http' extra, kept out of this namespace so that
 ``import cronlock`` never needs an extra). Every other module is an implementation detail.
+
+The names are loaded when one is first asked for (``_api``), not by ``import cronlock``: a
+command that needs no App (``cronlock --help``) starts without importing SQLAlchemy.
 """
 
 from __future__ import annotations
 
-from .app import App
-from .cron import CronSchedule
-from .database import Database
-from .errors import (
-    AppNotFound,
-    ConfigurationError,
-    CronlockError,
-    DatabaseUnavailable,
-    DrainerConflict,
-    DuplicateName,
-    InvalidCron,
-    InvalidJobOption,
-    InvalidPayload,
-    JobError,
-    LockKeyCollision,
-    NoCurrentJob,
-    UnknownJobType,
-    UnknownTask,
-)
-from .locks import lock_key, namespace_key
-from .outage import Reconnect
-from .outcome import (
-    DrainResult,
-    ItemFailure,
-    JobStatus,
-    RunResult,
-    RunStatus,
-    RunTrigger,
-    SkipReason,
-)
-from .periodic import Misfire, PeriodicTask, Run, SlotPolicy, TaskBody
-from .periodic.control import FailingItem, Tasks, TaskState
-from .queue.control import QueueInfo, QueueState
-from .queue.drainer import CommitMode, Drainer, DrainOptions, Keepalive
-from .queue.handling import JobCancel, JobContext, JobSnooze, current_job
-from .queue.jobs import Backoff, Enqueued, JobHandler, JobType
-from .queue.operate import ChangeOutcome, JobChange, JobInfo, JobPage, JobsChanged
-from .retention import PruneResult, Retention
-from .scheduler import Scheduler
-from .service import serve_drain, serve_scheduler, serve_worker
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from ._api import *  # noqa: F403
+
 
 # Semantic versioning; the one source of the package's version (pyproject.toml reads it).
 __version__ = "0.3.0.dev0"
@@ -77,6 +45,7 @@ __all__ = [
     "JobChange",
     "JobContext",
     "JobError",
+    "JobFilter",
     "JobHandler",
     "JobInfo",
     "JobPage",
@@ -114,11 +83,18 @@ __all__ = [
     "serve_worker",
 ]
 
-# The type aliases (what a handler and a task body are) cannot be renamed.
-_ALIASES = frozenset({"JobHandler", "TaskBody"})
 
-# Show the public names as cronlock.X in reprs and docs, as httpx does.
-for _name in __all__:
-    if _name not in _ALIASES:
-        globals()[_name].__module__ = "cronlock"
-del _name
+# PEP 562. Hidden from the type checker, which reads the star import above: a misspelt
+# cronlock.X stays an error in a user's code rather than Any.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        if name not in __all__:
+            raise AttributeError(f"module 'cronlock' has no attribute {name!r}")
+        from . import _api
+
+        globals().update({public: getattr(_api, public) for public in __all__})
+        return globals()[name]
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -12,10 +12,11 @@ import functools
 import logging
 import re
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -31,8 +32,9 @@ from .errors import (
     LockKeyCollision,
 )
 from .locks import lock_key, namespace_key
+from .observe.status import collect as collect_status
 from .observe.tracehooks import Tracer
-from .outcome import DrainResult, JobStatus, RunResult
+from .outcome import DrainResult, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
 from .periodic.control import Tasks
 from .periodic.task import DEFAULT_PARK_AFTER
@@ -53,6 +55,7 @@ from .queue.jobs import (
     check_max_retries,
     check_queue,
 )
+from .queue.operate import JobFilter
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
@@ -64,7 +67,24 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 # The built-in tasks: `cronlock run drain`, `cronlock run prune`.
 RESERVED_NAMES = frozenset({"drain", PRUNE_TASK})
 
-Statuses = JobStatus | str | Iterable[JobStatus | str] | None
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options every enqueue takes beside its payloads and keys (``App.enqueue``,
+    ``enqueue_tx``, ``enqueue_many``, ``enqueue_many_tx``; ``enqueue`` says what each does)."""
+
+    max_retries: int | None
+    delay: float | timedelta | None
+    run_at: datetime | None
+    priority: int
+    queue: str | None
+    concurrency_limit: int | None
+    timeout: float | None  # the job's own (seconds), beside its type's
+    allow_unknown: bool
+
+
+# What the operator verbs act on when given no filter: every job (each verb narrowed to the
+# statuses it acts on).
+_EVERY_JOB = JobFilter()
 
 Seconds = float | timedelta
 
@@ -427,26 +447,18 @@ class App:
 
     async def enqueue(
         self,
-        executor: AsyncSession | AsyncConnection | Database,
         job_type: str,
         payload: Any = None,
         *,
-        max_retries: int | None = None,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        priority: int = 0,
-        queue: str | None = None,
         dedup_key: str | None = None,
         concurrency_key: str | None = None,
-        concurrency_limit: int | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
-        allow_unknown: bool = False,
+        **options: Unpack[EnqueueOptions],
     ) -> Enqueued:
-        """Add a job in the caller's transaction (``executor``); the caller commits.
+        """Add a job and commit it on its own, through the app's database, before this
+        returns: one round trip for a job without a dedup key, the fast way to enqueue jobs
+        one at a time when no transaction of the caller's needs to include them
+        (``enqueue_tx`` adds it in the caller's transaction instead).
 
-        Given a ``Database`` (``app.database``) instead, the job is committed on its own before
-        this returns: one round trip for a job without a dedup key, the fast way to enqueue
-        jobs one at a time when no transaction of the caller's needs to include them.
         Higher ``priority`` runs first. With a ``dedup_key`` already held by a waiting job,
         nothing is added and the answer carries that job's id with ``created=False``.
         With a ``concurrency_key``, at most ``concurrency_limit`` jobs with that key (default:
@@ -457,73 +469,95 @@ class App:
         WARNING says that only a drainer whose app has its handler can run it.
         """
         [answer] = await self.enqueue_many(
+            job_type,
+            [payload],
+            dedup_keys=None if dedup_key is None else [dedup_key],
+            concurrency_keys=None if concurrency_key is None else [concurrency_key],
+            **options,
+        )
+        return answer
+
+    async def enqueue_tx(
+        self,
+        executor: AsyncSession | AsyncConnection,
+        job_type: str,
+        payload: Any = None,
+        *,
+        dedup_key: str | None = None,
+        concurrency_key: str | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """``enqueue`` in the caller's transaction (``executor``): the job commits or rolls
+        back with the caller's own work; the caller commits."""
+        [answer] = await self.enqueue_many_tx(
             executor,
             job_type,
             [payload],
-            max_retries=max_retries,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            queue=queue,
             dedup_keys=None if dedup_key is None else [dedup_key],
             concurrency_keys=None if concurrency_key is None else [concurrency_key],
-            concurrency_limit=concurrency_limit,
-            timeout=timeout,
-            allow_unknown=allow_unknown,
+            **options,
         )
         return answer
 
     @_schema_checked
     async def enqueue_many(
         self,
-        executor: AsyncSession | AsyncConnection | Database,
         job_type: str,
         payloads: Sequence[Any],
         *,
-        max_retries: int | None = None,
-        delay: float | timedelta | None = None,
-        run_at: datetime | None = None,
-        priority: int = 0,
-        queue: str | None = None,
         dedup_keys: Sequence[str | None] | None = None,
         concurrency_keys: Sequence[str | None] | None = None,
-        concurrency_limit: int | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
-        allow_unknown: bool = False,
+        **options: Unpack[EnqueueOptions],
     ) -> list[Enqueued]:
-        """Add one job per payload with one statement, in the caller's transaction.
+        """Add one job per payload with one statement, committed together on their own
+        before this returns. ``dedup_keys`` and ``concurrency_keys`` give one key (or None)
+        per payload; the other options are ``enqueue``'s."""
+        return await self._enqueue(
+            self.database, job_type, payloads, dedup_keys, concurrency_keys, options
+        )
 
-        Given a ``Database`` instead, the jobs are committed together before this returns.
-        ``dedup_keys`` and ``concurrency_keys`` give one key (or None) per payload;
-        ``concurrency_limit``, ``timeout`` and ``allow_unknown`` are ``enqueue``'s.
-        """
+    @_schema_checked
+    async def enqueue_many_tx(
+        self,
+        executor: AsyncSession | AsyncConnection,
+        job_type: str,
+        payloads: Sequence[Any],
+        *,
+        dedup_keys: Sequence[str | None] | None = None,
+        concurrency_keys: Sequence[str | None] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> list[Enqueued]:
+        """``enqueue_many`` in the caller's transaction (``executor``); the caller commits."""
+        return await self._enqueue(
+            executor, job_type, payloads, dedup_keys, concurrency_keys, options
+        )
+
+    async def _enqueue(
+        self,
+        into: AsyncSession | AsyncConnection | Database,
+        job_type: str,
+        payloads: Sequence[Any],
+        dedup_keys: Sequence[str | None] | None,
+        concurrency_keys: Sequence[str | None] | None,
+        options: EnqueueOptions,
+    ) -> list[Enqueued]:
         known = self.knows(job_type)
-        options: dict[str, Any] = {
-            "schema": self._schema_of_jobs(),
-            "allow_unknown": allow_unknown,
-            "max_retries": max_retries,
-            "delay": delay,
-            "run_at": run_at,
-            "priority": priority,
-            "queue": queue,
-            "dedup_keys": dedup_keys,
-            "concurrency_keys": concurrency_keys,
-            "concurrency_limit": concurrency_limit,
-            "timeout": timeout,
-        }
+        schema = self._schema_of_jobs()
         tracing = self.tracing
-        if tracing is None:
-            answers = await enqueue_many(executor, self.job_types, job_type, payloads, **options)
-        else:
-            with tracing.enqueue(job_type, len(payloads)) as trace_context:
-                answers = await enqueue_many(
-                    executor,
-                    self.job_types,
-                    job_type,
-                    payloads,
-                    trace_context=trace_context,
-                    **options,
-                )
+        # A traced app's enqueue is a span, whose context the jobs carry; else no context.
+        span = nullcontext(None) if tracing is None else tracing.enqueue(job_type, len(payloads))
+        with span as trace_context:
+            answers = await enqueue_many(
+                into,
+                self.job_types,
+                job_type,
+                payloads,
+                schema=schema,
+                trace_context=trace_context,
+                dedup_keys=dedup_keys,
+                concurrency_keys=concurrency_keys,
+                **options,
+            )
         if not known and job_type not in self._warned_unknown:
             self._warned_unknown.add(job_type)  # once per type: not a line per job
             logger.warning(
@@ -644,11 +678,8 @@ class App:
 
         A database that is unreachable or not migrated to head is a ``DatabaseUnavailable``.
         """
-        # observe.status reads the App's registry: imported here, where no cycle can form.
-        from .observe.status import collect
-
         await schema.ensure_ready(self.database)
-        return await collect(self, self.database, limit=limit)
+        return await collect_status(self.tasks, self.database, limit=limit)
 
     # -- operating the queue (README "Operating the queue") -------------------------------
 
@@ -659,48 +690,17 @@ class App:
 
     @_schema_checked
     async def list_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
+        self, where: JobFilter = _EVERY_JOB, *, limit: int = 50, cursor: str | None = None
     ) -> operate.JobPage:
-        """Jobs newest first, ``limit`` (at most 1,000) a page: of any of ``status``, of one
-        ``queue``, of one ``job_type``, created in [created_after, created_before). Pass a
-        page's ``next_cursor`` as ``cursor`` for the next one."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
+        """The jobs ``where`` matches (default: every job) newest first, ``limit`` (at most
+        1,000) a page. Pass a page's ``next_cursor`` as ``cursor`` for the next one."""
         return await operate.list_jobs(self.database, where, limit=limit, cursor=cursor)
 
     @_schema_checked
-    async def count_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        verb: str | None = None,
-    ) -> int:
-        """How many jobs match (what ``retry_jobs``, ``cancel_jobs`` or ``delete_jobs``, named
-        by ``verb``, would act on: the filter narrowed to the statuses it acts on)."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
+    async def count_jobs(self, where: JobFilter = _EVERY_JOB, *, verb: str | None = None) -> int:
+        """How many jobs ``where`` matches (what ``retry_jobs``, ``cancel_jobs`` or
+        ``delete_jobs``, named by ``verb``, would act on: narrowed to the statuses it acts
+        on)."""
         chosen = None if verb is None else _verb(verb)
         return await operate.count_jobs(self.database, where, chosen)
 
@@ -712,24 +712,9 @@ class App:
         return await operate.change_job(self.database, operate.Verb.RETRY, job_id)
 
     @_schema_checked
-    async def retry_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-    ) -> operate.JobsChanged:
+    async def retry_jobs(self, where: JobFilter = _EVERY_JOB) -> operate.JobsChanged:
         """``retry_job`` for every failed and retrying job that matches (``status`` narrows
         it to one of them), in batches of short transactions."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
         return await operate.change_jobs(self.database, operate.Verb.RETRY, where)
 
     @_schema_checked
@@ -745,25 +730,10 @@ class App:
         return await cancel.cancel_job(self.database, job_id, wait=wait)
 
     @_schema_checked
-    async def cancel_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-    ) -> operate.JobsChanged:
+    async def cancel_jobs(self, where: JobFilter = _EVERY_JOB) -> operate.JobsChanged:
         """``cancel_job`` for every waiting (pending or retrying) job that matches, in batches
         of short transactions: a waiting one is cancelled; one a drainer runs now is asked to
         stop, without waiting, and counted ``cancel_requested``."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
         return await operate.change_jobs(self.database, operate.Verb.CANCEL, where)
 
     @_schema_checked
@@ -772,23 +742,8 @@ class App:
         return await operate.change_job(self.database, operate.Verb.DELETE, job_id)
 
     @_schema_checked
-    async def delete_jobs(
-        self,
-        *,
-        status: Statuses = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-    ) -> operate.JobsChanged:
+    async def delete_jobs(self, where: JobFilter = _EVERY_JOB) -> operate.JobsChanged:
         """Delete every finished job that matches, in batches of short transactions."""
-        where = operate.JobFilter.build(
-            status=status,
-            queue=queue,
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
         return await operate.change_jobs(self.database, operate.Verb.DELETE, where)
 
     @_schema_checked

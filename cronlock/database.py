@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, c
 
 from . import embedded
 from .errors import ConfigurationError
-from .pg import QuickConnections
+from .pg import QuickConnections, UrlOptions
 from .sql.tables import SCHEMA
 
 __all__ = [
@@ -111,16 +111,6 @@ _ASYNCPG_NUMBERS: dict[str, type[int] | type[float]] = {
 }
 _OTHERS = ("dbname", "connect_timeout", "application_name", "options", "keepalives", "ssl")
 _KNOWN = ", ".join(sorted({*_LIBPQ_DSN, *_PASSED, *_KEEPALIVES, *_ASYNCPG_NUMBERS, *_OTHERS}))
-
-
-@dataclass(frozen=True)
-class UrlOptions:
-    """A URL's options as asyncpg takes them: the URL SQLAlchemy connects with (where the
-    server is, who connects), asyncpg keywords, and settings for the server session."""
-
-    url: URL
-    connect_args: dict[str, Any]
-    server_settings: dict[str, str]
 
 
 def url_options(url: URL) -> UrlOptions:
@@ -331,9 +321,14 @@ class Database:
         return unquote(shown.render_as_string(hide_password=False))
 
     @property
+    def driver_options(self) -> UrlOptions:
+        """What the URL's options become for asyncpg (``url_options``)."""
+        return url_options(self.url)
+
+    @property
     def engine(self) -> AsyncEngine:
         if self._engine is None:
-            given = url_options(self.url)
+            given = self.driver_options
             url = given.url
             settings = {"application_name": "cronlock"}
             connect_args: dict[str, Any] = {**given.connect_args, "server_settings": settings}

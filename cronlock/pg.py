@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -42,19 +42,20 @@ from .sql.savepoints import (
 from .sql.tables import SCHEMA
 
 if TYPE_CHECKING:
+    from sqlalchemy import URL
     from sqlalchemy.engine.interfaces import PoolProxiedConnection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
-    from .database import Database
 
 __all__ = [
     "AsyncpgStatement",
     "ClientError",
+    "Connectable",
     "DriverConnection",
     "DriverTransaction",
     "LockNotAvailable",
     "QuickConnections",
     "ServerError",
+    "UrlOptions",
     "answer_within",
     "connect",
     "connection_lost",
@@ -96,6 +97,16 @@ def _idle_timeout(error: BaseException) -> bool:
     ``idle_in_transaction_session_timeout``: in a job's transaction that is the handler's
     doing (it ran that long outside the database), so it is the job's failure, not a fault of
     the infrastructure (counted as one, such a job would run again forever)."""
+    return any(
+        isinstance(current, asyncpg.IdleInTransactionSessionTimeoutError)
+        or "idle-in-transaction timeout" in str(current)
+        for current in _chain(error)
+    )
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and every exception it came from: its cause, its context and, for
+    SQLAlchemy's DBAPIError, the driver's error (``orig``), each once."""
     seen: set[int] = set()
     pending: list[BaseException | None] = [error]
     while pending:
@@ -103,15 +114,11 @@ def _idle_timeout(error: BaseException) -> bool:
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, asyncpg.IdleInTransactionSessionTimeoutError):
-            return True
-        if "idle-in-transaction timeout" in str(current):
-            return True
+        yield current
         orig = getattr(current, "orig", None)
         pending += [current.__cause__, current.__context__]
         if isinstance(orig, BaseException):
             pending.append(orig)
-    return False
 
 
 def connection_lost(error: BaseException) -> bool:
@@ -129,13 +136,7 @@ def connection_lost(error: BaseException) -> bool:
     gone is not (``queue/attempt.py`` asks whether the lane's transaction survived)."""
     if _idle_timeout(error):
         return False
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
+    for current in _chain(error):
         if isinstance(current, (*_SESSION_OVER, asyncpg.InternalClientError)):
             return True
         if type(current) is asyncpg.InterfaceError and "closed" in str(current):
@@ -144,10 +145,6 @@ def connection_lost(error: BaseException) -> bool:
             return True
         if getattr(current, "connection_invalidated", False):  # SQLAlchemy saw a disconnect
             return True
-        orig = getattr(current, "orig", None)  # SQLAlchemy's DBAPIError: the driver's error
-        pending += [current.__cause__, current.__context__]
-        if isinstance(orig, BaseException):
-            pending.append(orig)
     return False
 
 
@@ -244,13 +241,32 @@ def _defaults(compiled: SQLCompiler, names: tuple[str, ...]) -> dict[str, Any] |
     return defaults
 
 
-async def connect(database: Database, application_name: str) -> DriverConnection:
+@dataclass(frozen=True)
+class UrlOptions:
+    """A URL's options as asyncpg takes them: the URL SQLAlchemy connects with (where the
+    server is, who connects), asyncpg keywords, and settings for the server session."""
+
+    url: URL
+    connect_args: dict[str, Any]
+    server_settings: dict[str, str]
+
+
+class Connectable(Protocol):
+    """What ``connect`` needs of a ``Database`` (``database.py`` builds on this module, so
+    this one names only the two things it reads)."""
+
+    @property
+    def pgbouncer(self) -> bool: ...
+
+    @property
+    def driver_options(self) -> UrlOptions: ...
+
+
+async def connect(database: Connectable, application_name: str) -> DriverConnection:
     """A bare asyncpg connection to ``database``, outside any pool: for a connection whose
     life is not a checkout's (the drainer's lock, its LISTEN), configured like the engine's
     (unnamed statements behind PgBouncer)."""
-    from .database import url_options  # database.py builds on this module
-
-    given = url_options(database.url)
+    given = database.driver_options
     _, options = _ASYNCPG.create_connect_args(given.url)  # type: ignore[no-untyped-call]
     for key in ("prepared_statement_cache_size", "prepared_statement_name_func"):
         options.pop(key, None)  # SQLAlchemy's own, not asyncpg's

@@ -4,23 +4,29 @@ The alembic scripts live in the repository's top-level ``migrations/`` and are s
 wheel as ``cronlock/_migrations``; whichever exists is used. Migrations run on one connection
 in one transaction, under an advisory lock, so ``cronlock migrate`` is idempotent and safe to
 start from several hosts at once.
+
+Checking the schema (``ensure_ready``, before every command's work) needs the scripts' head
+revision and not alembic, which with mako and its pygments plugin takes about a quarter of a
+second to import: ``head_revision`` reads each script's ``revision`` and ``down_revision``
+itself, and alembic is imported only to migrate.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from . import sql
 from .database import Database
 from .errors import DatabaseUnavailable
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = [
     "downgrade",
@@ -51,6 +57,8 @@ def migrations_directory() -> Path:
 
 
 def _config(database: Database | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(migrations_directory()))
     if database is not None:
@@ -60,9 +68,24 @@ def _config(database: Database | None = None) -> Config:
 
 @functools.cache
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(_config()).get_current_head()
-    assert head is not None
-    return head
+    """The one revision no script revises: alembic's head (tests/unit/test_startup.py
+    holds the two to each other), read from the scripts without running them."""
+    revisions: set[str] = set()
+    revised: set[str] = set()
+    for script in (migrations_directory() / "versions").glob("*.py"):
+        assigned = {
+            target.id: node.value
+            for node in ast.parse(script.read_text()).body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        revisions.add(str(ast.literal_eval(assigned["revision"])))
+        down = ast.literal_eval(assigned["down_revision"])  # None, one revision or a merge's
+        revised.update([] if down is None else [down] if isinstance(down, str) else down)
+    heads = revisions - revised
+    assert len(heads) == 1, f"cronlock's migrations have {len(heads)} heads: {sorted(heads)}"
+    return heads.pop()
 
 
 async def _alembic(
@@ -79,6 +102,8 @@ async def _alembic(
     import asyncio
     import logging
     import time
+
+    from alembic import command
 
     from . import online
 
@@ -158,6 +183,8 @@ async def downgrade(database: Database, revision: str = "base") -> None:
 def pending_revisions(current: str | None) -> list[str] | None:
     """The revisions an upgrade from ``current`` (None: nothing installed) would apply, oldest
     first; None when ``current`` is not one of this cronlock's (a newer schema)."""
+    from alembic.script import ScriptDirectory
+
     scripts = ScriptDirectory.from_config(_config())
     if current is not None and current not in {s.revision for s in scripts.walk_revisions()}:
         return None
@@ -170,17 +197,15 @@ def upgrade_sql(database: Database, current: str | None) -> str:
     (alembic's offline mode: nothing is run, the database is not read)."""
     import io
 
-    config = _config(database)
-    config.output_buffer = io.StringIO()
-    config.attributes["lock_timeout"] = _online().LOCK_TIMEOUT
-    command.upgrade(config, f"{current}:head" if current else "head", sql=True)
-    return config.output_buffer.getvalue()
+    from alembic import command
 
-
-def _online() -> Any:
     from . import online
 
-    return online
+    config = _config(database)
+    config.output_buffer = io.StringIO()
+    config.attributes["lock_timeout"] = online.LOCK_TIMEOUT
+    command.upgrade(config, f"{current}:head" if current else "head", sql=True)
+    return config.output_buffer.getvalue()
 
 
 async def current_revision(database: Database) -> str | None:

@@ -45,7 +45,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 if TYPE_CHECKING:
     from .app import App
     from .outcome import RunResult
-    from .periodic.task import PeriodicTask
 
 __all__ = ["ITEM_EVENTS_OK", "Tracing", "instrument", "uninstrument"]
 
@@ -115,15 +114,15 @@ class Tracing:
 
     async def periodic_run(
         self,
-        task: PeriodicTask,
+        task: str,
         slot: datetime | None,
         trigger: str,
         run: Callable[[], Awaitable[RunResult]],
     ) -> RunResult:
-        attributes: dict[str, Any] = {"cronlock.task": task.name, "cronlock.trigger": trigger}
+        attributes: dict[str, Any] = {"cronlock.task": task, "cronlock.trigger": trigger}
         if slot is not None:
             attributes["cronlock.slot"] = slot.isoformat()
-        with self.tracer.start_as_current_span(f"run {task.name}", attributes=attributes) as span:
+        with self.tracer.start_as_current_span(f"run {task}", attributes=attributes) as span:
             succeeded = 0
 
             def item(key: object, error: BaseException | None) -> None:

@@ -3,7 +3,7 @@
 Written against the queue's API (``App.job``, ``App.enqueue``/``enqueue_many`` in the
 caller's transaction, ``App.drainer(commit_mode=, batch_size=, concurrency=)`` with
 ``drain()``/``work()``/``stop()``). One job at a time is enqueued the way the peers do it,
-committed on its own: ``App.enqueue(app.database, …)`` (one INSERT on a pooled connection);
+committed on its own: ``App.enqueue(…)`` (one INSERT on a pooled connection);
 ``benchmarks.enqueue_one`` measures it beside the caller's-transaction path. Until the queue
 is on the installed cronlock, every method raises ``Unsupported`` and the harness records the
 queue's figures as missing.
@@ -90,10 +90,10 @@ class CronlockQueue(QueueSystem):
 
     async def enqueue_bulk(self, n: int) -> None:
         async with self.database.engine.begin() as conn:
-            await self.app.enqueue_many(conn, JOB_TYPE, [{}] * n)
+            await self.app.enqueue_many_tx(conn, JOB_TYPE, [{}] * n)
 
     async def enqueue_one(self) -> object:
-        enqueued = await self.app.enqueue(self.database, JOB_TYPE, {})
+        enqueued = await self.app.enqueue(JOB_TYPE, {})
         return enqueued.id
 
     async def drain(self) -> None:

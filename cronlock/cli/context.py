@@ -7,20 +7,18 @@ configuration error (one line on stderr, never a traceback), 3 partial.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
-from ..app import App
-from ..database import Database, resolve
-from ..loader import load_app
 from ..outcome import DrainResult, RunResult, RunStatus
-from ..sql.tables import SCHEMA
-from . import render
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..database import Database
 
 __all__ = [
     "EXIT_FAILED",
@@ -62,11 +60,19 @@ class Options:
     pgbouncer: bool
 
     def load_app(self) -> App:
+        # Imported here, as in database(): `cronlock --help` reads these options' module and
+        # no more (cli/__init__.py's COMMANDS).
+        from ..loader import load_app
+
         return load_app(self.app_spec)
 
     def database(self, app: App | None = None) -> Database:
         """Point ``app`` at the database the options name (without an app: a bare Database),
         resolved as the Python API resolves it (``cronlock.database.resolve``)."""
+        from ..database import Database, resolve
+        from ..sql.tables import SCHEMA
+        from . import render
+
         resolved = resolve(
             self.database_url,
             app_url=app.database_url if app else None,
@@ -96,11 +102,14 @@ give_up_option = click.option(
 
 def run(coro_fn: Callable[[], Awaitable[T]], *closing: App | Database) -> T:
     """The command's coroutine on a loop of its own, closing ``closing`` after it."""
+    import asyncio  # here, not at the top: `cronlock --help` needs no event loop
 
     async def main() -> T:
         try:
             return await coro_fn()
         finally:
+            from ..app import App
+
             for item in closing:
                 await (item.aclose() if isinstance(item, App) else item.dispose())
 

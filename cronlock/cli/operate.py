@@ -28,7 +28,7 @@ from ..errors import InvalidJobOption
 from ..outcome import JobStatus
 from ..queue import control
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
-from ..queue.operate import ChangeOutcome, JobChange, JobsChanged
+from ..queue.operate import ChangeOutcome, JobChange, JobFilter, JobsChanged
 from . import render
 from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, Options, exit_with, pass_options, run
 
@@ -68,18 +68,14 @@ def _filter(
     job_type: str | None,
     since: str | None,
     until: str | None,
-) -> dict[str, Any]:
-    return {
-        "status": list(statuses) or None,
-        "queue": queue,
-        "job_type": job_type,
-        "created_after": _moment("--since", since),
-        "created_before": _moment("--until", until),
-    }
-
-
-def _has_filter(given: dict[str, Any]) -> bool:
-    return any(value is not None for value in given.values())
+) -> JobFilter:
+    return JobFilter(
+        status=statuses or None,
+        queue=queue,
+        job_type=job_type,
+        created_after=_moment("--since", since),
+        created_before=_moment("--until", until),
+    )
 
 
 @click.group("jobs")
@@ -113,7 +109,7 @@ def list_jobs(
     given = _filter(statuses, queue, job_type, since, until)
     app = options.load_app()
     options.database(app)
-    page = run(lambda: app.list_jobs(**given, limit=limit, cursor=cursor), app)
+    page = run(lambda: app.list_jobs(given, limit=limit, cursor=cursor), app)
     if as_json:
         click.echo(json.dumps(page.to_dict()))
         return
@@ -172,7 +168,7 @@ def _change(
         **more: Any,
     ) -> None:
         given = _filter(statuses, queue, job_type, since, until)
-        if job_id is not None and _has_filter(given):
+        if job_id is not None and given != JobFilter():
             raise InvalidJobOption(f"give a job id or filters to {verb}, not both")
         app = options.load_app()
         options.database(app)
@@ -187,10 +183,10 @@ def _change(
             exit_with(EXIT_OK if change.changed else EXIT_FAILED)
 
         async def go() -> tuple[int, JobsChanged | None]:
-            matching = await app.count_jobs(**given, verb=verb)
+            matching = await app.count_jobs(given, verb=verb)
             if matching == 0 or not (yes or _confirm(verb, matching)):
                 return matching, None
-            return matching, await many(app, **given)
+            return matching, await many(app, given)
 
         matching, done = run(go, app)
         if done is None:

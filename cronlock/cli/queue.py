@@ -136,24 +136,20 @@ def enqueue(
 
     async def go() -> Enqueued:
         await schema.ensure_ready(database)
-        async with database.session() as session:
-            answer = await app.enqueue(
-                session,
-                job_type,
-                value,
-                max_retries=max_retries,
-                delay=delay,
-                run_at=moment,
-                priority=priority,
-                queue=queue,
-                dedup_key=dedup_key,
-                concurrency_key=concurrency_key,
-                concurrency_limit=concurrency_limit,
-                timeout=timeout,
-                allow_unknown=allow_unknown,
-            )
-            await session.commit()
-            return answer
+        return await app.enqueue(
+            job_type,
+            value,
+            max_retries=max_retries,
+            delay=delay,
+            run_at=moment,
+            priority=priority,
+            queue=queue,
+            dedup_key=dedup_key,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+            timeout=timeout,
+            allow_unknown=allow_unknown,
+        )
 
     answer = run(go, app)
     if as_json:

@@ -26,7 +26,6 @@ from ..retention import PruneResult, Retention
 
 __all__ = [
     "ago",
-    "bench_failed",
     "builtin_lines",
     "describe",
     "describe_drain",
@@ -87,10 +86,6 @@ def embedded_stopped(before: embedded.State) -> str:
 
 def embedded_removed(before: embedded.State) -> str:
     return f"removed: {before.directory}" if before.exists else embedded_state(before)
-
-
-def bench_failed(exc: Exception) -> str:
-    return f"cronlock bench: {exc}"
 
 
 def warning(message: str) -> str:

@@ -31,7 +31,7 @@ from ..periodic.control import TaskState
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
 from ..queue.control import QueueInfo, QueueState
 from ..queue.jobs import MAX_CONCURRENCY_LIMIT, MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
-from ..queue.operate import MAX_PAGE_SIZE, ChangeOutcome, JobChange
+from ..queue.operate import MAX_PAGE_SIZE, ChangeOutcome, JobChange, JobFilter
 from .access import TOKEN_ENV, Access, Guard, GuardedRoute, Surface
 
 try:
@@ -293,7 +293,6 @@ def create_router(
         # Committed on its own (one INSERT without a dedup key); bad input writes nothing.
         try:
             answer = await app.enqueue(
-                app.database,
                 body.job_type,
                 body.payload,
                 max_retries=body.max_retries,
@@ -342,15 +341,14 @@ def create_router(
         cursor: Annotated[str | None, Query(max_length=200)] = None,
     ) -> JobPageView:
         try:
-            page = await app.list_jobs(
+            where = JobFilter(
                 status=status,
                 queue=queue,
                 job_type=job_type,
                 created_after=created_after,
                 created_before=created_before,
-                limit=limit,
-                cursor=cursor,
             )
+            page = await app.list_jobs(where, limit=limit, cursor=cursor)
         except DatabaseUnavailable:
             raise  # a 503 (GuardedRoute), not the request's fault
         except CronlockError as exc:

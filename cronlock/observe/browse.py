@@ -10,13 +10,13 @@ position of its last job in that order.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from .. import sql
 from ..database import Database
 from ..errors import InvalidJobOption
 from ..outcome import JobStatus
-from ..queue.jobs import check_queue
 from ..queue.operate import JobFilter, JobInfo, JobPage, decode_cursor, encode_cursor
 
 __all__ = ["OPEN", "browse_jobs"]
@@ -44,19 +44,15 @@ async def browse_jobs(
         except ValueError:
             known = ", ".join(s.value for s in JobStatus)
             raise InvalidJobOption(f"unknown job status {status!r} (one of {known})") from None
-    checked = JobFilter.build(
+    # The queue is checked here and bound by the page's own statement (its index leads with
+    # it), not by the filter's conditions.
+    checked = JobFilter(
         queue=queue,
         job_type=job_type,
         created_after=created_after,
         created_before=created_before,
     )
-    if queue is not None:
-        check_queue(queue)
-    conditions, params = JobFilter(
-        job_type=checked.job_type,
-        created_after=checked.created_after,
-        created_before=checked.created_before,
-    ).where()
+    conditions, params = replace(checked, queue=None).where()
     after = cursor is not None
     completed = status == JobStatus.COMPLETED.value
     if completed:

@@ -17,13 +17,13 @@ not complete, due jobs, jobs finished in the last quarter of an hour, or a pause
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import sql
-from ..app import App
 from ..database import Database
-from ..periodic import backlog
+from ..periodic import PeriodicTask, backlog
 from .serving import COMPLETED_CAP, capped_counts, is_unserved, live_active
 
 if TYPE_CHECKING:
@@ -37,13 +37,18 @@ def _jsonable(value: Any) -> Any:
 
 
 async def collect(
-    app: App, database: Database, *, limit: int = 5, now: datetime | None = None
+    tasks: Mapping[str, PeriodicTask],
+    database: Database,
+    *,
+    limit: int = 5,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The report; ``now`` (default: the clock) is when a registered task is overdue at."""
+    """The report on an app's registered ``tasks`` and whatever else ran; ``now`` (default:
+    the clock) is when a registered task is overdue at."""
     now = now or datetime.now(UTC)
     async with database.connect() as conn:
         # Each read per task is a short walk of ix_runs_task_started_at (as the dashboard's).
-        names = sorted(set(app.tasks) | set((await conn.execute(sql.RUN_TASK_NAMES)).scalars()))
+        names = sorted(set(tasks) | set((await conn.execute(sql.RUN_TASK_NAMES)).scalars()))
         given = {"tasks": names, "limit": limit}
         by_task: dict[str, list[dict[str, Any]]] = {}
         for row in (await conn.execute(sql.RUN_RECENT_PER_TASK, given)).mappings():
@@ -55,7 +60,7 @@ async def collect(
             for row in (await conn.execute(sql.RUN_LAST_REAL_PER_TASK, given)).mappings()
         }
         health = await _slot_health(conn, names)
-        overdue = await backlog.overdue_by_task(conn, app.tasks.values(), now)
+        overdue = await backlog.overdue_by_task(conn, tasks.values(), now)
         paused = {
             row.name: {"paused_at": _jsonable(row.paused_at), "paused_by": row.paused_by}
             for row in await conn.execute(sql.TASK_STATES)
@@ -71,7 +76,7 @@ async def collect(
             {
                 "task": name,
                 # False: rows in the schema, no task of this app (another app's, or removed).
-                "registered": name in app.tasks,
+                "registered": name in tasks,
                 "last_runs": by_task.get(name, []),
                 "last_real_run": last_real.get(name),
                 **health.get(name, _NO_HEALTH),

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..outcome import RunResult
-    from ..periodic.task import PeriodicTask
 
 __all__ = ["ITEM_EVENTS", "ItemEvent", "Tracer"]
 
@@ -39,10 +38,10 @@ class Tracer(Protocol):
 
     async def periodic_run(
         self,
-        task: PeriodicTask,
+        task: str,
         slot: datetime | None,
         trigger: str,
         run: Callable[[], Awaitable[RunResult]],
     ) -> RunResult:
-        """A run of ``task`` in a span, its items as events."""
+        """A run of the task named ``task`` in a span, its items as events."""
         ...

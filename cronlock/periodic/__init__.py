@@ -1,11 +1,11 @@
-"""Periodic tasks: the declaration and its slot policy (``task``), a run under the task's
-advisory lock with one recorded outcome (``run``), the savepoint of each item (``items``), and
-a chunked run's commits (``chunks``) and lock connection (``guard``)."""
+"""Periodic tasks: the declaration, its slot policy and what its body receives (``task``), a
+run under the task's advisory lock with one recorded outcome (``run``), the savepoint of each
+item (``items``), and a chunked run's commits (``chunks``) and lock connection (``guard``)."""
 
 from __future__ import annotations
 
-from .run import Run, execute, record_missed, run_slot
-from .task import Misfire, PeriodicTask, SlotPolicy, TaskBody, resolve_slot
+from .run import execute, record_missed, run_slot
+from .task import Misfire, PeriodicTask, Run, SlotPolicy, TaskBody, resolve_slot
 
 __all__ = [
     "Misfire",

@@ -18,7 +18,6 @@ from __future__ import annotations
 from .. import pg, sql
 from ..database import Database
 from ..queue.lease import DEFAULT_KEEPALIVE
-from .task import PeriodicTask
 
 __all__ = ["PING_TIMEOUT", "Guard"]
 
@@ -31,11 +30,12 @@ _LOST = (OSError, TimeoutError, pg.ServerError, pg.ClientError)
 
 class Guard:
     """One chunked run's lock connection (``take``, then ``alive`` per chunk, ``release``
-    in the end, whatever happened)."""
+    in the end, whatever happened), for the task ``name`` and its lock ``(namespace, key)``."""
 
-    def __init__(self, database: Database, task: PeriodicTask) -> None:
+    def __init__(self, database: Database, name: str, namespace: int, key: int) -> None:
         self.database = database
-        self.task = task
+        self.name = name
+        self.lock = {"namespace": namespace, "key": key}
         self._driver: pg.DriverConnection | None = None
         self._lock_transaction: pg.DriverTransaction | None = None
         self._ping = self._statement(sql.PING)
@@ -51,7 +51,7 @@ class Guard:
     async def take(self) -> bool:
         """Connect, begin the lock transaction and try the lock; False when another run holds
         it (the connection is then closed)."""
-        driver = self._driver = await pg.connect(self.database, f"cronlock-run:{self.task.name}")
+        driver = self._driver = await pg.connect(self.database, f"cronlock-run:{self.name}")
         self._lock_transaction = driver.transaction()
         await self._lock_transaction.start()
         keepalive = self._statement(sql.KEEPALIVE_SETTINGS)
@@ -64,7 +64,7 @@ class Guard:
         locked = bool(
             await driver.fetchval(
                 try_lock.sql,
-                *try_lock.args(namespace=self.task.lock_namespace, key=self.task.lock_key),
+                *try_lock.args(**self.lock),
             )
         )
         if not locked:

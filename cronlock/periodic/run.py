@@ -45,11 +45,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -57,9 +56,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from .. import sql
 from ..database import Database
 from ..logs import RUNS_LOGGER
-from ..observe.tracehooks import ITEM_EVENTS, Tracer
+from ..observe.tracehooks import Tracer
 from ..outcome import (
-    ItemFailure,
     RunResult,
     RunStatus,
     RunTrigger,
@@ -69,137 +67,14 @@ from ..outcome import (
 from . import backlog
 from .chunks import Chunks, LockLost
 from .guard import Guard
-from .items import ItemFrame, ItemSavepoints
 from .poison import ItemMemory
-from .task import PeriodicTask, resolve_slot
+from .task import PeriodicTask, Run, resolve_slot
 
-__all__ = ["ItemBlock", "Run", "execute", "record_missed", "run_slot"]
+__all__ = ["execute", "record_missed", "run_slot"]
 
 logger = logging.getLogger("cronlock.periodic")
-# A run's outcome and its failed items (cronlock.logs: `cronlock run` prints them itself).
+# A run's outcome (cronlock.logs: `cronlock run` prints it itself).
 runs_logger = logging.getLogger(RUNS_LOGGER)
-
-K = TypeVar("K")
-
-# A run's row keeps at most this many failures (items_failed still counts them all).
-MAX_RECORDED_FAILURES = 1000
-
-
-class Run:
-    """What a task body receives: the run's session and a savepoint per item."""
-
-    def __init__(
-        self,
-        task: PeriodicTask,
-        session: AsyncSession,
-        slot: datetime | None,
-        chunks: Chunks | None = None,
-        memory: ItemMemory | None = None,
-    ) -> None:
-        self.task = task
-        self.session = session
-        self.slot = slot
-        self.items_ok = 0
-        self.items_failed = 0
-        self.memory = memory if memory is not None else ItemMemory((), task.park_after)
-        self.failures: list[ItemFailure] = []
-        self._savepoints = ItemSavepoints(session)
-        self._chunks = chunks  # a chunked run's commits (None: the run is one transaction)
-        self._on_item = ITEM_EVENTS.get()  # a traced run's span hears of each item
-
-    def item(self, key: object = None) -> ItemBlock:
-        """Process one item inside its own SAVEPOINT: ``async with run.item(key) as session``.
-
-        An exception inside the block rolls back to the savepoint, is recorded against ``key``
-        and does not propagate: the run goes on with the next item. If the savepoint itself
-        cannot be rolled back (the connection is gone), that error propagates and fails the run.
-        Pending ORM changes are flushed before the release; a failed item's ORM changes are
-        undone in the session too (see ``items.py``). Items may nest.
-        """
-        return ItemBlock(self, key)
-
-    def skip_parked(self, keys: Iterable[K]) -> list[K]:
-        """``keys`` without the items that are parked (they failed in ``park_after``
-        consecutive runs): ``for post_id in run.skip_parked(ids): async with run.item(post_id)``.
-
-        The run counts them (``items_parked``); ``cronlock task parked TASK`` lists them with
-        their last error, and ``--retry KEY`` or ``--clear KEY`` gives one another try. A
-        parked key given to ``run.item`` without this filter is tried like any other.
-        """
-        return self.memory.skip_parked(keys)
-
-    @property
-    def items_parked(self) -> int:
-        return self.memory.skipped
-
-    def _record_failure(self, key: object, exc: BaseException) -> None:
-        self.items_failed += 1
-        if self._on_item is not None:
-            self._on_item(key, exc)
-        failure = ItemFailure.from_exception(key, exc)
-        self.memory.failed(key, f"{failure.error_type}: {failure.message}")
-        if len(self.failures) < MAX_RECORDED_FAILURES:
-            self.failures.append(failure)
-        runs_logger.warning(
-            "%s: item %s failed: %s: %s",
-            self.task.name,
-            failure.item,
-            failure.error_type,
-            failure.message,
-            extra={"action": "item_failed", "task": self.task.name, "item": failure.item},
-        )
-
-
-class ItemBlock:
-    """The context manager ``Run.item`` returns. A plain class: the periodic path enters one
-    per item, and ``@asynccontextmanager``'s generator costs several microseconds more."""
-
-    __slots__ = ("_frame", "_key", "_run")
-
-    def __init__(self, run: Run, key: object) -> None:
-        self._run = run
-        self._key = key
-        self._frame: ItemFrame | None = None
-
-    async def __aenter__(self) -> AsyncSession:
-        self._frame = await self._run._savepoints.begin()
-        return self._run.session
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool:
-        run = self._run
-        savepoints = run._savepoints
-        frame = self._frame
-        assert frame is not None, "the item was not entered"
-        try:
-            if exc is None:
-                try:
-                    await savepoints.release(frame)
-                except Exception as failure:
-                    await savepoints.rollback(frame)
-                    run._record_failure(self._key, failure)
-                else:
-                    run.items_ok += 1
-                    run.memory.succeeded(self._key)
-                    if run._on_item is not None:
-                        run._on_item(self._key, None)
-                recorded = False
-            elif isinstance(exc, Exception):
-                await savepoints.rollback(frame)
-                run._record_failure(self._key, exc)
-                recorded = True  # the run goes on with the next item
-            else:
-                return False  # cancellation, KeyboardInterrupt: not an item's failure
-        finally:
-            savepoints.end(frame)
-        chunks = run._chunks
-        if chunks is not None and frame.depth == 1 and chunks.due():
-            await chunks.commit(run.items_ok, run.items_failed, run.failures)
-        return recorded
 
 
 async def execute(
@@ -282,7 +157,7 @@ async def run_slot(
     """
     if tracing is not None:  # the same run, in a span of its own (cronlock.tracing)
         return await tracing.periodic_run(
-            task,
+            task.name,
             slot,
             trigger.value,
             lambda: run_slot(
@@ -437,7 +312,7 @@ async def _run_chunked(
     are runs that died: they are marked ``interrupted`` first, so a crashed run's slot is
     not run again, and the next slot's run carries on from what the task left to do.
     """
-    guard = Guard(database, task)
+    guard = Guard(database, task.name, task.lock_namespace, task.lock_key)
     try:
         if not await guard.take():
             outcome = skipped(SkipReason.LOCK_BUSY, "another run holds the lock")

@@ -23,7 +23,7 @@ import binascii
 import enum
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -259,25 +259,21 @@ class JobsChanged:
 
 @dataclass(frozen=True)
 class JobFilter:
-    """Which jobs: any of ``statuses`` (none: any status), of one queue, of one type, created
-    in [created_after, created_before). ``build`` checks what it is given."""
+    """Which jobs the operator verbs act on (``App.list_jobs``, ``count_jobs``, ``retry_jobs``,
+    ``cancel_jobs``, ``delete_jobs``): of any of ``status`` (one, several, or None: any), of
+    one ``queue``, of one ``job_type``, created in [``created_after``, ``created_before``).
+    Checked when made: an unknown status, a naive datetime or a bad name is an
+    ``InvalidJobOption``. ``statuses`` is ``status`` read as ``JobStatus`` values."""
 
-    statuses: tuple[JobStatus, ...] = ()
+    status: JobStatus | str | Iterable[JobStatus | str] | None = None
     queue: str | None = None
     job_type: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    statuses: tuple[JobStatus, ...] = field(init=False, repr=False, compare=False)
 
-    @classmethod
-    def build(
-        cls,
-        *,
-        status: JobStatus | str | Iterable[JobStatus | str] | None = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-    ) -> JobFilter:
+    def __post_init__(self) -> None:
+        status = self.status
         given = [] if status is None else [status] if isinstance(status, str) else list(status)
         statuses = []
         for value in given:
@@ -286,18 +282,19 @@ class JobFilter:
             except ValueError:
                 known = ", ".join(s.value for s in JobStatus)
                 raise InvalidJobOption(f"unknown job status {value!r} (one of {known})") from None
-        for name, moment in (("created_after", created_after), ("created_before", created_before)):
+        for name, moment in (
+            ("created_after", self.created_after),
+            ("created_before", self.created_before),
+        ):
             if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
                 raise InvalidJobOption(f"{name} must be a timezone-aware datetime")
-        if job_type is not None:
-            check_job_type(job_type)
-        return cls(
-            statuses=tuple(dict.fromkeys(statuses)),
-            queue=None if queue is None else check_queue(queue),
-            job_type=job_type,
-            created_after=created_after,
-            created_before=created_before,
-        )
+        if self.job_type is not None:
+            check_job_type(self.job_type)
+        if self.queue is not None:
+            check_queue(self.queue)
+        # Frozen: the checked values are set once, here (a status as given stays a tuple).
+        object.__setattr__(self, "statuses", tuple(dict.fromkeys(statuses)))
+        object.__setattr__(self, "status", self.statuses or None)
 
     def for_verb(self, verb: Verb) -> JobFilter:
         """This filter narrowed to the statuses ``verb`` acts on; a status it never acts on
@@ -309,13 +306,7 @@ class JobFilter:
                 f"{verb.value} acts on {', '.join(s.value for s in allowed)} jobs, "
                 f"not {', '.join(wrong)}"
             )
-        return JobFilter(
-            self.statuses or allowed,
-            self.queue,
-            self.job_type,
-            self.created_after,
-            self.created_before,
-        )
+        return replace(self, status=self.statuses or allowed)
 
     def where(self) -> tuple[list[Any], dict[str, Any]]:
         """The statement's conditions (by the filter's shape) and their bound values."""

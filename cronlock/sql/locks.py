@@ -70,37 +70,32 @@ _pg_locks = table(
     schema="pg_catalog",
 )
 _pg_database = table("pg_database", column("oid"), column("datname"), schema="pg_catalog")
+# What the reads of pg_locks below share: a granted two-key advisory lock in this database, in
+# the namespace asked (with the key asked, in shared mode); LOCK_HOLDERS says why each.
+_GRANTED_HERE = (
+    _pg_locks.c.locktype == "advisory",
+    _pg_locks.c.database
+    == select(_pg_database.c.oid)
+    .where(_pg_database.c.datname == func.current_database())
+    .scalar_subquery(),
+    _pg_locks.c.objsubid == 2,
+    _pg_locks.c.granted,
+)
+_IN_NAMESPACE = cast(_pg_locks.c.classid, BigInteger) == bindparam(
+    "namespace_oid", type_=BigInteger
+)
+_WITH_KEY = cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger)
+_SHARED = _pg_locks.c.mode == "ShareLock"
 
 # Backends holding a two-key advisory lock in this database (advisory locks are per database;
 # pg_locks shows the whole cluster). The keys show as oids (unsigned), so the caller passes
 # them as ``key & 0xFFFFFFFF``.
-LOCK_HOLDERS = select(_pg_locks.c.pid).where(
-    _pg_locks.c.locktype == "advisory",
-    _pg_locks.c.database
-    == select(_pg_database.c.oid)
-    .where(_pg_database.c.datname == func.current_database())
-    .scalar_subquery(),
-    _pg_locks.c.objsubid == 2,
-    _pg_locks.c.granted,
-    cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
-    cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger),
-)
+LOCK_HOLDERS = select(_pg_locks.c.pid).where(*_GRANTED_HERE, _IN_NAMESPACE, _WITH_KEY)
 
 # How many backends hold a two-key advisory lock of this database in shared mode (pg_locks
 # says ShareLock): an exclusive drainer that finds its queue's lock taken asks whether shared
 # drainers hold it. The keys are oids, as for LOCK_HOLDERS.
-LOCK_SHARED_HOLDERS = select(func.count()).where(
-    _pg_locks.c.locktype == "advisory",
-    _pg_locks.c.database
-    == select(_pg_database.c.oid)
-    .where(_pg_database.c.datname == func.current_database())
-    .scalar_subquery(),
-    _pg_locks.c.objsubid == 2,
-    _pg_locks.c.granted,
-    _pg_locks.c.mode == "ShareLock",
-    cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
-    cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger),
-)
+LOCK_SHARED_HOLDERS = select(func.count()).where(*_GRANTED_HERE, _SHARED, _IN_NAMESPACE, _WITH_KEY)
 
 # Waits (a standby's lock): returns the moment the holder's transaction ends, also when the
 # holder's process dies and PostgreSQL aborts it.
@@ -173,29 +168,12 @@ FENCE_CHECK = select(
 # has let go of its token entirely. Its argument is ``namespace & 0xFFFFFFFF`` (pg_locks shows
 # the keys as oids).
 FENCE_OTHER_HOLDERS = select(func.count()).where(
-    _pg_locks.c.locktype == "advisory",
-    _pg_locks.c.database
-    == select(_pg_database.c.oid)
-    .where(_pg_database.c.datname == func.current_database())
-    .scalar_subquery(),
-    _pg_locks.c.objsubid == 2,
-    _pg_locks.c.granted,
-    cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
-    _pg_locks.c.pid != func.pg_backend_pid(),
+    *_GRANTED_HERE, _IN_NAMESPACE, _pg_locks.c.pid != func.pg_backend_pid()
 )
 
 # Lanes of a drainer that lost its lock, caught between their fence and their commit (holding
 # the barrier shared) for longer than the new drainer waits: a frozen process. Terminating
 # their backends rolls their transactions back, which is what the fence would have done.
 FENCE_TERMINATE_STALLED = select(func.pg_terminate_backend(_pg_locks.c.pid)).where(
-    _pg_locks.c.locktype == "advisory",
-    _pg_locks.c.database
-    == select(_pg_database.c.oid)
-    .where(_pg_database.c.datname == func.current_database())
-    .scalar_subquery(),
-    _pg_locks.c.objsubid == 2,
-    _pg_locks.c.granted,
-    _pg_locks.c.mode == "ShareLock",
-    cast(_pg_locks.c.classid, BigInteger) == bindparam("namespace_oid", type_=BigInteger),
-    cast(_pg_locks.c.objid, BigInteger) == bindparam("key_oid", type_=BigInteger),
+    *_GRANTED_HERE, _SHARED, _IN_NAMESPACE, _WITH_KEY
 )

@@ -69,7 +69,7 @@ async def test_quick_json_measures_every_section_and_leaves_nothing(
     database: Database, database_url: str
 ) -> None:
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue(session, "noop", {"mine": True})  # the user's own job
+        await app.enqueue_tx(session, "noop", {"mine": True})  # the user's own job
         await session.commit()
     done = run_cli(*TINY, "--json", database_url=database_url, timeout=120)
     assert done.returncode == 0, done.stderr

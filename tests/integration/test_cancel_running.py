@@ -84,9 +84,9 @@ async def test_a_running_job_is_stopped_rolled_back_and_cancelled(
     gates = Gates()
     async with job_app(database) as app:
         gates.install(app)
-        before = await app.enqueue(app.database, "count", {"n": 1})
-        target = await app.enqueue(app.database, "blocker", {"n": 2})
-        after = await app.enqueue(app.database, "count", {"n": 3})
+        before = await app.enqueue("count", {"n": 1})
+        target = await app.enqueue("blocker", {"n": 2})
+        after = await app.enqueue("count", {"n": 3})
         async with working(app, commit_mode=commit_mode, batch_size=3) as drainer:
             await eventually(lambda: asyncio.sleep(0, 2 in gates.started))
             change = await app.cancel_job(target.id)
@@ -117,7 +117,7 @@ async def test_a_cancel_that_cannot_wait_says_requested_and_the_request_stands(
     gates = Gates()
     async with job_app(database) as app:
         gates.install(app)
-        target = await app.enqueue(app.database, "stubborn", {"n": 1})
+        target = await app.enqueue("stubborn", {"n": 1})
         async with working(app):
             await eventually(lambda: asyncio.sleep(0, 1 in gates.started))
             change = await app.cancel_job(target.id, wait=0.3)
@@ -150,7 +150,7 @@ async def test_a_cancel_racing_completion_is_told_which_won(database: Database) 
         async with working(app):
             for n in range(30):
                 gates.release = asyncio.Event()
-                job_id = (await app.enqueue(app.database, "blocker", {"n": n})).id
+                job_id = (await app.enqueue("blocker", {"n": n})).id
                 await eventually(lambda n=n: asyncio.sleep(0, n in gates.started))  # type: ignore[misc]
                 loop = asyncio.get_running_loop()
                 loop.call_later(rng.uniform(0, 0.004), gates.release.set)
@@ -179,10 +179,7 @@ async def test_cancels_racing_the_claim_lose_nothing_and_run_nothing_twice(
     answer says which."""
     async with job_app(database) as app:
         ids = [
-            answer.id
-            for answer in await app.enqueue_many(
-                app.database, "count", [{"n": n} for n in range(200)]
-            )
+            answer.id for answer in await app.enqueue_many("count", [{"n": n} for n in range(200)])
         ]
         answers: dict[uuid.UUID, ChangeOutcome] = {}
         async with working(app, commit_mode=commit_mode, batch_size=10, concurrency=2):
@@ -215,8 +212,8 @@ async def test_a_job_claimed_but_not_started_is_cancelled_before_it_runs(
     gates = Gates()
     async with job_app(database) as app:
         gates.install(app)
-        first = await app.enqueue(app.database, "blocker", {"n": 1})
-        second = await app.enqueue(app.database, "blocker", {"n": 2})
+        first = await app.enqueue("blocker", {"n": 1})
+        second = await app.enqueue("blocker", {"n": 2})
         async with working(app, commit_mode="batch", batch_size=2) as drainer:
             await eventually(lambda: asyncio.sleep(0, 1 in gates.started))
             change = await app.cancel_job(second.id, wait=0)
@@ -240,7 +237,7 @@ async def test_a_one_off_drain_stops_a_cancelled_job_by_its_poll(database: Datab
     gates = Gates()
     async with job_app(database) as app:
         gates.install(app)
-        target = await app.enqueue(app.database, "blocker", {"n": 1})
+        target = await app.enqueue("blocker", {"n": 1})
         drain = asyncio.create_task(app.drain())
         await eventually(lambda: asyncio.sleep(0, 1 in gates.started))
         change = await app.cancel_job(target.id)
@@ -252,7 +249,7 @@ async def test_a_one_off_drain_stops_a_cancelled_job_by_its_poll(database: Datab
 
 async def test_an_operators_retry_forgets_an_old_cancel_request(database: Database) -> None:
     async with job_app(database) as app:
-        job_id = (await app.enqueue(app.database, "always_fail", {}, max_retries=0)).id
+        job_id = (await app.enqueue("always_fail", {}, max_retries=0)).id
         await app.drain()
         async with database.engine.begin() as conn:  # as a cancel that came too late leaves it
             await conn.execute(insert(cancel_requests).values(job_id=job_id))
@@ -262,7 +259,7 @@ async def test_an_operators_retry_forgets_an_old_cancel_request(database: Databa
 
 async def test_cancel_checks_its_wait(database: Database) -> None:
     async with job_app(database) as app:
-        job_id = (await app.enqueue(app.database, "noop", {})).id
+        job_id = (await app.enqueue("noop", {})).id
         for bad in (-1, 4000, True):
             with pytest.raises(cronlock.InvalidJobOption, match="wait must be"):
                 await app.cancel_job(job_id, wait=bad)
@@ -275,8 +272,8 @@ async def test_a_cancel_by_filter_asks_the_drainer_to_stop_what_it_runs(
     gates = Gates()
     async with job_app(database) as app:
         gates.install(app)
-        running = await app.enqueue(app.database, "blocker", {"n": 1})
-        waiting = [a.id for a in await app.enqueue_many(app.database, "noop", [{}, {}, {}])]
+        running = await app.enqueue("blocker", {"n": 1})
+        waiting = [a.id for a in await app.enqueue_many("noop", [{}, {}, {}])]
         async with working(app) as drainer:
             await eventually(lambda: asyncio.sleep(0, 1 in gates.started))
             done = await app.cancel_jobs()

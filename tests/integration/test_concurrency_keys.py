@@ -78,7 +78,7 @@ async def test_no_more_than_the_limit_of_a_key_run_at_once_across_lanes_and_drai
 ) -> None:
     gauge = Gauge()
     async with _apps(database, 3, gauge) as apps, database.session() as session:
-        enqueue = apps[0].enqueue_many
+        enqueue = apps[0].enqueue_many_tx
         await enqueue(session, "limited", [{"gauge": "a"}] * 40, concurrency_keys=["a"] * 40)
         await enqueue(
             session,
@@ -146,8 +146,8 @@ async def test_the_limit_holds_across_worker_processes(
         async with job_app(database) as app, database.session() as session:
             keyed = [{"n": i, "gauge": "k", "ms": 20} for i in range(40)]
             free = [{"n": i, "gauge": "free", "ms": 20} for i in range(40, 80)]
-            await app.enqueue_many(session, "gauged", keyed, concurrency_keys=["k"] * 40)
-            await app.enqueue_many(session, "gauged", free)
+            await app.enqueue_many_tx(session, "gauged", keyed, concurrency_keys=["k"] * 40)
+            await app.enqueue_many_tx(session, "gauged", free)
             await session.commit()
         await eventually(lambda: _statuses_are(database, {"completed": 80}), timeout=60)
         for worker in workers_:
@@ -172,10 +172,12 @@ async def test_a_key_s_jobs_are_stored_with_their_limit_and_bad_options_write_no
     database: Database,
 ) -> None:
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue(session, "gauged", {"n": 1}, concurrency_key="acct-1")
-        await app.enqueue(session, "log", {"n": 2}, concurrency_key="acct-1")
-        await app.enqueue(session, "log", {"n": 3}, concurrency_key="acct-2", concurrency_limit=5)
-        await app.enqueue(session, "log", {"n": 4})
+        await app.enqueue_tx(session, "gauged", {"n": 1}, concurrency_key="acct-1")
+        await app.enqueue_tx(session, "log", {"n": 2}, concurrency_key="acct-1")
+        await app.enqueue_tx(
+            session, "log", {"n": 3}, concurrency_key="acct-2", concurrency_limit=5
+        )
+        await app.enqueue_tx(session, "log", {"n": 4})
         cases: list[tuple[dict[str, Any], str]] = [
             ({"concurrency_limit": 2}, "needs a concurrency_key"),
             ({"concurrency_key": "x", "concurrency_limit": 0}, "between 1 and 100"),
@@ -184,7 +186,7 @@ async def test_a_key_s_jobs_are_stored_with_their_limit_and_bad_options_write_no
         ]
         for bad, message in cases:
             with pytest.raises(InvalidJobOption, match=message):
-                await app.enqueue(session, "log", {"n": 9}, **bad)
+                await app.enqueue_tx(session, "log", {"n": 9}, **bad)
         await session.commit()
     rows = sorted(await job_rows(database), key=lambda r: int(r["payload"]["n"]))
     assert [(r["concurrency_key"], r["concurrency_limit"]) for r in rows] == [
@@ -202,7 +204,7 @@ async def test_an_idle_lane_waits_instead_of_spinning_on_a_key_at_its_limit(
     # the next as it commits; the drain ends when all are done, whichever lane ran them.
     gauge = Gauge()
     async with _apps(database, 1, gauge) as (app,), database.session() as session:
-        await app.enqueue_many(
+        await app.enqueue_many_tx(
             session, "limited", [{"gauge": "one"}] * 5, concurrency_keys=["one"] * 5,
             concurrency_limit=1,
         )  # fmt: skip

@@ -76,7 +76,7 @@ async def test_a_cut_lane_connection_consumes_no_attempt(
 ) -> None:
     app, attempts, cut_me, was_cut = cut_app(database, where)
     try:
-        await app.enqueue_many(app.database, "cut", [{"n": n} for n in range(5)])
+        await app.enqueue_many("cut", [{"n": n} for n in range(5)])
         stop = asyncio.Event()
         drainer = app.drainer(commit_mode=commit_mode, batch_size=5, poll_interval=0.1)
         worker = asyncio.create_task(cronlock.serve_worker(drainer, stop=stop))
@@ -141,7 +141,7 @@ async def test_a_drainer_that_lost_its_lock_commits_nothing_after_the_new_one_cl
 
     stop = asyncio.Event()
     try:
-        await first.enqueue_many(first.database, "logged", [{"n": n} for n in range(total)])
+        await first.enqueue_many("logged", [{"n": n} for n in range(total)])
         # reconnect=None: the first drainer ends when it loses its lock, rather than ride the
         # loss out as a standby (test_database_restart.py), so its result can be read.
         active = asyncio.create_task(
@@ -197,7 +197,7 @@ async def test_a_paused_drainer_that_lost_its_lock_is_fenced(
         await eventually(lambda: _standing_by(database), timeout=30)
         app = _logging_app(database, "setup")  # the jobs come now: both workers are up
         try:
-            await app.enqueue_many(app.database, "logged", [{"n": n} for n in range(total)])
+            await app.enqueue_many("logged", [{"n": n} for n in range(total)])
         finally:
             await app.aclose()
         await eventually(lambda: _exists(marker), timeout=30)  # job 20 in flight now
@@ -345,7 +345,7 @@ async def test_a_cut_listen_connection_is_reopened(database: Database) -> None:
         assert reopened != listener
         loop = asyncio.get_running_loop()
         enqueued = loop.time()
-        await app.enqueue(app.database, "quick", {})
+        await app.enqueue("quick", {})
         await eventually(lambda: _all_completed(database, 1), timeout=10, interval=0.002)
         latency = loop.time() - enqueued
         stop.set()

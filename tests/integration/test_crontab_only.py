@@ -67,7 +67,7 @@ async def work_of(database: Database, task: str) -> list[datetime | None]:
 
 async def overdue_at(app: App, task: str, now: datetime) -> dict[str, object] | None:
     """``status``'s overdue of ``task`` at ``now``."""
-    report = await collect(app, app.database, now=now)
+    report = await collect(app.tasks, app.database, now=now)
     [entry] = [t for t in report["tasks"] if t["task"] == task]
     result: dict[str, object] | None = entry["overdue"]
     return result
@@ -185,7 +185,7 @@ async def test_one_skipped_minute_is_missed_and_overdue_until_the_next_run(app: 
     assert await work_of(app.database, "minutely") == [minute(n, 0) for n in (0, 1, 3)]
     assert await overdue_at(app, "minutely", minute(3, 40)) is None
     assert (await overdue_metric(app, minute(3, 40)))["minutely"] == 0.0
-    report = await collect(app, app.database, now=minute(3, 40))
+    report = await collect(app.tasks, app.database, now=minute(3, 40))
     [entry] = [t for t in report["tasks"] if t["task"] == "minutely"]
     assert entry["consecutive_misses"] == 0  # 10:03 ran after the miss
     assert [r["status"] for r in entry["last_runs"]] == [

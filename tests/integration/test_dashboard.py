@@ -281,7 +281,7 @@ async def test_jobs_filter_page_and_show(client: httpx.AsyncClient, seeded: Seed
 
 async def test_jobs_pages_with_a_cursor(app: App, client: httpx.AsyncClient) -> None:
     for n in range(55):
-        await app.enqueue(app.database, "noop", {"n": n})
+        await app.enqueue("noop", {"n": n})
     await _login(client, READ)
     first = await client.get("/dashboard/jobs", params={"job_type": "noop"})
     ids = re.findall(r'href="/dashboard/jobs/([0-9a-f-]{36})"', first.text)

@@ -37,7 +37,7 @@ async def test_the_python_api_honours_cronlock_database_url(
     monkeypatch.setenv("CRONLOCK_DATABASE_URL", database_url)
     app = _app()
     try:
-        answer = await app.enqueue(app.database, "hello", {"n": 1})
+        answer = await app.enqueue("hello", {"n": 1})
         assert answer.created
         result = await app.drain()
         assert result.stats["processed"] == 1
@@ -79,12 +79,12 @@ def test_the_command_line_and_python_resolve_in_one_order(
 
 Call = Callable[[cronlock.App], Awaitable[object]]
 CALLS: dict[str, Call] = {
-    "enqueue on app.database": lambda app: app.enqueue(app.database, "hello", {}),
-    "enqueue_many": lambda app: app.enqueue_many(app.database, "hello", [{}, {}]),
+    "enqueue on app.database": lambda app: app.enqueue("hello", {}),
+    "enqueue_many": lambda app: app.enqueue_many("hello", [{}, {}]),
     "run": lambda app: app.run("tick", manual=True),
     "drain": lambda app: app.drain(),
     "list_jobs": lambda app: app.list_jobs(),
-    "retry_jobs": lambda app: app.retry_jobs(status="failed"),
+    "retry_jobs": lambda app: app.retry_jobs(cronlock.JobFilter(status="failed")),
     "pause_queue": lambda app: app.pause_queue("default"),
     "queues": lambda app: app.queues(),
     "prune": lambda app: app.prune(dry_run=True),
@@ -131,7 +131,7 @@ async def test_libpq_options_in_the_url_reach_the_server(
                 )
             ).one()
         assert tuple(row) == ("billing", "5s")
-        assert (await app.enqueue(app.database, "hello", {})).created
+        assert (await app.enqueue("hello", {})).created
     finally:
         await app.aclose()
     listed = await invoke_async("list", database_url=url)

@@ -118,7 +118,7 @@ async def test_a_worker_rides_out_a_restart(
     database = Database(cluster_url)
     app = testjobs.create_app()
     app.use_database(cluster_url)
-    await app.enqueue_many(app.database, "count", [{"n": n} for n in range(JOBS)])
+    await app.enqueue_many("count", [{"n": n} for n in range(JOBS)])
     await app.aclose()
     args = ["--app", "testapps.jobs", "worker", "--commit-mode", commit_mode]
     if commit_mode == "lease":

@@ -82,10 +82,10 @@ async def test_started_and_completed_are_the_databases_clock_whatever_the_worker
 ) -> None:
     async with _app(database) as app:
         async with app.database.session() as session:
-            await app.enqueue_many(session, "ok", [{"n": n} for n in range(3)])
-            await app.enqueue(session, "fail", {})
-            await app.enqueue(session, "again", {})
-            await app.enqueue(session, "later", {})
+            await app.enqueue_many_tx(session, "ok", [{"n": n} for n in range(3)])
+            await app.enqueue_tx(session, "fail", {})
+            await app.enqueue_tx(session, "again", {})
+            await app.enqueue_tx(session, "later", {})
             await session.commit()
         before = await _db_now(database)
         with freeze_time(before + SKEW, tick=True, real_asyncio=True):

@@ -30,7 +30,7 @@ class Clock:
 
 async def _enqueue(database: Database, job_type: str, payloads: list[object], **kw: object) -> None:
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue_many(session, job_type, payloads, **kw)  # type: ignore[arg-type]
+        await app.enqueue_many_tx(session, job_type, payloads, **kw)  # type: ignore[arg-type]
         await session.commit()
 
 
@@ -183,8 +183,8 @@ async def test_two_drainers_together_one_active_every_job_once(database: Databas
 
 async def test_priority_then_age(database: Database) -> None:
     async with job_app(database) as app, database.session() as session:
-        low = await app.enqueue(session, "echo", {"p": "low"})
-        high = await app.enqueue(session, "echo", {"p": "high"}, priority=10)
+        low = await app.enqueue_tx(session, "echo", {"p": "low"})
+        high = await app.enqueue_tx(session, "echo", {"p": "high"}, priority=10)
         await session.commit()
         await app.drain()
     rows = {r["id"]: r for r in await job_rows(database)}
@@ -211,7 +211,7 @@ async def test_another_schema_end_to_end(empty_database: Database) -> None:
         app.use_database(str(other.url), schema="queue_here")
         # The caller's own engine knows nothing of cronlock's schema name.
         async with empty_database.session() as session:
-            await app.enqueue(session, "echo", {"n": 1})
+            await app.enqueue_tx(session, "echo", {"n": 1})
             await session.commit()
         result = await app.drain()
     finally:

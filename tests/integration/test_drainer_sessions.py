@@ -72,7 +72,7 @@ async def _enqueue_in_order(app: App, jobs: list[tuple[str, dict[str, Any]]]) ->
     """One job each, claimed in this order (priority first)."""
     async with app.database.session() as session:
         for priority, (job_type, payload) in enumerate(reversed(jobs)):
-            await app.enqueue(session, job_type, payload, priority=priority)
+            await app.enqueue_tx(session, job_type, payload, priority=priority)
         await session.commit()
 
 

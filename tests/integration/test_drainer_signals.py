@@ -28,7 +28,7 @@ APP = ("--app", "testapps.jobs")
 
 async def _enqueue(database: Database, job_type: str, count: int) -> None:
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue_many(session, job_type, [{"n": i} for i in range(count)])
+        await app.enqueue_many_tx(session, job_type, [{"n": i} for i in range(count)])
         await session.commit()
 
 

@@ -55,7 +55,7 @@ app = cronlock.App()
 async def hello(session, payload):
     return None
 async def main():
-    answer = await app.enqueue(app.database, "hello", {"n": 1})
+    answer = await app.enqueue("hello", {"n": 1})
     result = await app.drain()
     print(answer.created, result.stats["processed"])
     await app.aclose()

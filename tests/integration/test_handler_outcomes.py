@@ -60,8 +60,8 @@ def test_outcomes_check_what_they_are_given() -> None:
 
 async def test_a_handler_knows_its_job_on_every_attempt(database: Database) -> None:
     async with job_app(database) as app:
-        first = await app.enqueue(app.database, "knows", {})
-        other = await app.enqueue(app.database, "knows", {"fail_first": True}, queue="other")
+        first = await app.enqueue("knows", {})
+        other = await app.enqueue("knows", {"fail_first": True}, queue="other")
         await app.drain()
         [job] = await job_rows(database, id=first.id)
         assert job["status"] == "completed"
@@ -89,8 +89,8 @@ async def test_job_cancel_ends_the_job_cancelled_never_retried(
     database: Database, commit_mode: str
 ) -> None:
     async with job_app(database) as app:
-        done = await app.enqueue(app.database, "gives_up", {"reason": "user 7 is gone"})
-        fine = await app.enqueue(app.database, "noop", {})
+        done = await app.enqueue("gives_up", {"reason": "user 7 is gone"})
+        fine = await app.enqueue("noop", {})
         result = await app.drain(commit_mode=commit_mode)
         assert result.status is cronlock.RunStatus.COMPLETED  # an outcome, not a failure
         stats = result.stats
@@ -125,7 +125,7 @@ async def test_job_snooze_runs_again_later_without_counting_an_attempt(
     start = datetime.now(UTC) + timedelta(seconds=5)  # after the enqueues below
     async with job_app(database) as app:
         # max_retries=0: a counted attempt would be its last; it snoozes twice, then runs.
-        job_id = (await app.enqueue(app.database, "snoozy", {"key": "a", "times": 3})).id
+        job_id = (await app.enqueue("snoozy", {"key": "a", "times": 3})).id
         first = await app.drain(commit_mode=commit_mode, clock=at(start))
         assert first.status is cronlock.RunStatus.COMPLETED
         assert (first.stats["snoozed"], first.stats["processed"]) == (1, 0)
@@ -154,7 +154,7 @@ async def test_job_snooze_runs_again_later_without_counting_an_attempt(
 async def test_a_snoozed_retrying_job_stays_retrying(database: Database) -> None:
     start = datetime.now(UTC) + timedelta(seconds=5)  # after the enqueues below
     async with job_app(database) as app:
-        job_id = (await app.enqueue(app.database, "snoozy", {"key": "r", "times": 2})).id
+        job_id = (await app.enqueue("snoozy", {"key": "r", "times": 2})).id
         async with database.engine.begin() as conn:  # as a failed first attempt leaves it
             await conn.execute(
                 update(jobs)
@@ -171,10 +171,10 @@ async def test_a_batch_mixes_every_outcome_in_one_commit(database: Database) -> 
     start = datetime.now(UTC) + timedelta(seconds=5)  # after the enqueues below
     async with job_app(database) as app:
         ids = {
-            "noop": (await app.enqueue(app.database, "noop", {})).id,
-            "gives_up": (await app.enqueue(app.database, "gives_up", {})).id,
-            "snoozy": (await app.enqueue(app.database, "snoozy", {"key": "b", "times": 2})).id,
-            "always_fail": (await app.enqueue(app.database, "always_fail", {})).id,
+            "noop": (await app.enqueue("noop", {})).id,
+            "gives_up": (await app.enqueue("gives_up", {})).id,
+            "snoozy": (await app.enqueue("snoozy", {"key": "b", "times": 2})).id,
+            "always_fail": (await app.enqueue("always_fail", {})).id,
         }
         result = await app.drain(commit_mode="batch", clock=at(start))
         stats = result.stats
@@ -200,8 +200,8 @@ async def test_outcomes_in_jobs_show_metrics_and_http(
 ) -> None:
     start = datetime.now(UTC) + timedelta(seconds=5)  # after the enqueues below
     async with job_app(database) as app:
-        cancelled = (await app.enqueue(app.database, "gives_up", {"reason": "gone"})).id
-        snoozed = (await app.enqueue(app.database, "snoozy", {"key": "c", "times": 5})).id
+        cancelled = (await app.enqueue("gives_up", {"reason": "gone"})).id
+        snoozed = (await app.enqueue("snoozy", {"key": "c", "times": 5})).id
         await app.drain(clock=at(start))
         later = start + timedelta(seconds=61)
         await app.drain(clock=at(later))

@@ -110,7 +110,7 @@ async def test_a_run_without_items_is_a_success(app: App, database: Database) ->
     single = await app.run("single", now=minute(0))
     assert (single.status, single.items_ok, single.items_failed) == (RunStatus.COMPLETED, 0, 0)
     assert await count(database, health.notes, health.notes.c.task == "single") == 1
-    report = await collect(app, app.database, now=minute(0, 30))
+    report = await collect(app.tasks, app.database, now=minute(0, 30))
     # status's last success is when that run finished; the metric's, when it started.
     assert task_health(report, "single")["last_success"] == single.finished_at.isoformat()
 
@@ -124,7 +124,7 @@ async def test_all_failed_runs_leave_the_last_success_where_it_was(
     await app.run("batch", now=minute(2))
     assert first.status is RunStatus.COMPLETED
 
-    report = await collect(app, app.database, now=minute(2, 30))
+    report = await collect(app.tasks, app.database, now=minute(2, 30))
     batch = task_health(report, "batch")
     assert batch["last_success"] == first.finished_at.isoformat()
     assert batch["consecutive_failures"] == 2
@@ -150,7 +150,7 @@ async def test_all_failed_runs_leave_the_last_success_where_it_was(
     # Back to health: the next good run is the new last success, the streak ends.
     await switch_off(database, "broken")
     fixed = await app.run("batch", now=minute(3))
-    report = await collect(app, app.database, now=minute(3, 30))
+    report = await collect(app.tasks, app.database, now=minute(3, 30))
     assert task_health(report, "batch")["last_success"] == fixed.finished_at.isoformat()
     assert task_health(report, "batch")["consecutive_failures"] == 0
 

@@ -154,7 +154,7 @@ async def test_a_read_shows_nothing_without_the_token(database: Database) -> Non
     """The issue's case: a failed job's payload and error (a card number, a password)."""
     async with job_app(database) as app:
         async with database.session() as session:
-            answer = await app.enqueue(session, "echo", {"card": "4111 1111 1111 1111"})
+            answer = await app.enqueue_tx(session, "echo", {"card": "4111 1111 1111 1111"})
             await session.commit()
         transport = httpx.ASGITransport(app=create_api(app, token=TOKEN))
         async with httpx.AsyncClient(transport=transport, base_url="http://c") as http:

@@ -36,9 +36,9 @@ async def test_a_jobs_own_timeout_wins_over_its_types_in_every_mode(
 ) -> None:
     app = _app(database)
     try:
-        short = await app.enqueue(app.database, "sleepy", {"seconds": 30}, timeout=0.2)
-        roomy = await app.enqueue(app.database, "sleepy", {"seconds": 0.3}, timeout=5)
-        typed = await app.enqueue(app.database, "sleepy", {"seconds": 0.01})  # the type's 30 s
+        short = await app.enqueue("sleepy", {"seconds": 30}, timeout=0.2)
+        roomy = await app.enqueue("sleepy", {"seconds": 0.3}, timeout=5)
+        typed = await app.enqueue("sleepy", {"seconds": 0.01})  # the type's 30 s
         result = await asyncio.wait_for(app.drain(commit_mode=mode), 20)
     finally:
         await app.aclose()
@@ -60,7 +60,7 @@ async def test_a_timeout_that_is_not_a_positive_number_writes_nothing(
     app = _app(database)
     try:
         with pytest.raises(InvalidJobOption, match="timeout must be a positive number"):
-            await app.enqueue(app.database, "sleepy", {"seconds": 0}, timeout=bad)
+            await app.enqueue("sleepy", {"seconds": 0}, timeout=bad)
     finally:
         await app.aclose()
     assert await job_rows(database) == []

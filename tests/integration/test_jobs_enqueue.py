@@ -20,7 +20,7 @@ from cronlock.sql.tables import jobs
 
 async def test_enqueue_commits_with_the_callers_transaction(database: Database) -> None:
     async with job_app(database) as app, database.session() as session:
-        enqueued = await app.enqueue(session, "echo", {"to": "a@example.com"}, priority=5)
+        enqueued = await app.enqueue_tx(session, "echo", {"to": "a@example.com"}, priority=5)
         assert enqueued.created
         # Not visible to others before the caller commits.
         assert await job_rows(database) == []
@@ -37,10 +37,10 @@ async def test_enqueue_commits_with_the_callers_transaction(database: Database) 
 async def test_enqueue_rolled_back_with_the_caller_leaves_no_job(database: Database) -> None:
     async with job_app(database) as app:
         async with database.connect() as conn:
-            await app.enqueue(conn, "echo", {"n": 1})
+            await app.enqueue_tx(conn, "echo", {"n": 1})
             await conn.rollback()
         async with database.session() as session:
-            await app.enqueue(session, "echo", {"n": 2})
+            await app.enqueue_tx(session, "echo", {"n": 2})
             with pytest.raises(Exception, match="division by zero"):
                 await session.execute(text("SELECT 1/0"))
             await session.rollback()
@@ -49,7 +49,7 @@ async def test_enqueue_rolled_back_with_the_caller_leaves_no_job(database: Datab
 
 async def test_enqueue_many_in_one_statement(database: Database) -> None:
     async with job_app(database) as app, database.session() as session:
-        answers = await app.enqueue_many(
+        answers = await app.enqueue_many_tx(
             session, "noop", [{"n": i} for i in range(10_000)], queue="bulk", max_retries=1
         )
         await session.commit()
@@ -63,9 +63,9 @@ async def test_enqueue_many_in_one_statement(database: Database) -> None:
 async def test_delay_and_run_at(database: Database) -> None:
     moment = datetime(2030, 1, 1, tzinfo=UTC)
     async with job_app(database) as app, database.session() as session:
-        later = await app.enqueue(session, "noop", None, delay=timedelta(hours=1))
-        fixed = await app.enqueue(session, "noop", None, run_at=moment)
-        now = await app.enqueue(session, "noop", None)
+        later = await app.enqueue_tx(session, "noop", None, delay=timedelta(hours=1))
+        fixed = await app.enqueue_tx(session, "noop", None, run_at=moment)
+        now = await app.enqueue_tx(session, "noop", None)
         await session.commit()
     rows = {row["id"]: row for row in await job_rows(database)}
     gap = rows[later.id]["run_at"] - rows[now.id]["run_at"]
@@ -75,9 +75,9 @@ async def test_delay_and_run_at(database: Database) -> None:
 
 async def test_dedup_key_returns_the_waiting_job(database: Database) -> None:
     async with job_app(database) as app, database.session() as session:
-        first = await app.enqueue(session, "noop", {"n": 1}, dedup_key="user-7")
-        second = await app.enqueue(session, "noop", {"n": 2}, dedup_key="user-7")
-        many = await app.enqueue_many(
+        first = await app.enqueue_tx(session, "noop", {"n": 1}, dedup_key="user-7")
+        second = await app.enqueue_tx(session, "noop", {"n": 2}, dedup_key="user-7")
+        many = await app.enqueue_many_tx(
             session, "noop", [{}, {}, {}], dedup_keys=["user-7", "user-8", "user-8"]
         )
         await session.commit()
@@ -91,7 +91,7 @@ async def test_dedup_key_returns_the_waiting_job(database: Database) -> None:
     async with database.engine.begin() as conn:
         await conn.execute(jobs.update().where(jobs.c.id == first.id).values(status="completed"))
     async with job_app(database) as app, database.session() as session:
-        third = await app.enqueue(session, "noop", {"n": 3}, dedup_key="user-7")
+        third = await app.enqueue_tx(session, "noop", {"n": 3}, dedup_key="user-7")
         await session.commit()
     assert third.created and third.id != first.id
 
@@ -103,7 +103,7 @@ async def test_dedup_key_holds_under_concurrent_enqueues(database: Database) -> 
         async def enqueue_one() -> object:
             async with database.session() as session:
                 await start.wait()
-                answer = await app.enqueue(session, "noop", {}, dedup_key="once")
+                answer = await app.enqueue_tx(session, "noop", {}, dedup_key="once")
                 await session.commit()
                 return answer
 
@@ -163,7 +163,7 @@ async def test_bad_input_is_a_clear_error_and_writes_nothing(
 ) -> None:
     async with job_app(database) as app, database.session() as session:
         with pytest.raises(error, match=message):
-            await app.enqueue(session, job_type, payload, **options)  # type: ignore[arg-type]
+            await app.enqueue_tx(session, job_type, payload, **options)  # type: ignore[arg-type]
         await session.commit()
     assert await job_rows(database) == []
 

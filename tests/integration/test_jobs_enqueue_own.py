@@ -72,7 +72,7 @@ async def test_enqueue_on_the_database_is_committed_when_it_returns(database: Da
             jobs_channel("cronlock"), lambda *args: received.put_nowait(args[3])
         )
         async with job_app(database) as app:
-            answer = await app.enqueue(app.database, "echo", {"to": "a@example.com"}, priority=2)
+            answer = await app.enqueue("echo", {"to": "a@example.com"}, priority=2)
             # Visible to another connection the moment enqueue returns: nothing left to commit.
             [row] = await job_rows(database)
             assert await asyncio.wait_for(received.get(), 10) == "default"
@@ -88,10 +88,10 @@ async def test_enqueue_on_the_database_is_committed_when_it_returns(database: Da
 async def test_one_statement_per_job_and_a_transaction_for_dedup_keys(database: Database) -> None:
     async with job_app(database) as app:
         with statements_sent(app.database) as sent:
-            await app.enqueue(app.database, "noop", {"n": -1})
+            await app.enqueue("noop", {"n": -1})
             # The first dedup-key enqueue on a connection also sends the driver's own queries
             # (asyncpg looks up the array types of that path's INSERT): once, before counting.
-            await app.enqueue(app.database, "noop", {"n": -2}, dedup_key="first")
+            await app.enqueue("noop", {"n": -2}, dedup_key="first")
 
             async def inserted() -> bool:
                 return sent[-2:] == ["INSERT", "COMMIT"]
@@ -99,18 +99,18 @@ async def test_one_statement_per_job_and_a_transaction_for_dedup_keys(database: 
             await eventually(inserted)
             sent.clear()  # the dialect's first-connect queries, then those statements
             for n in range(3):
-                await app.enqueue(app.database, "noop", {"n": n})
+                await app.enqueue("noop", {"n": n})
             await logged(sent, ["INSERT"] * 3)
-            await app.enqueue(app.database, "noop", {}, dedup_key="k")
+            await app.enqueue("noop", {}, dedup_key="k")
             await logged(sent, ["BEGIN", "INSERT", "COMMIT"])
     assert len(await job_rows(database)) == 6
 
 
 async def test_enqueue_many_on_the_database_with_dedup_keys(database: Database) -> None:
     async with job_app(database) as app:
-        held = await app.enqueue(app.database, "noop", {"n": 0}, dedup_key="k1")
+        held = await app.enqueue("noop", {"n": 0}, dedup_key="k1")
         answers = await app.enqueue_many(
-            app.database, "noop", [{"n": 1}, {"n": 2}, {"n": 3}], dedup_keys=["k1", None, "k2"]
+            "noop", [{"n": 1}, {"n": 2}, {"n": 3}], dedup_keys=["k1", None, "k2"]
         )
     assert [a.created for a in answers] == [False, True, True]
     assert answers[0].id == held.id and type(answers[0].id) is uuid.UUID
@@ -121,7 +121,7 @@ async def test_enqueue_many_on_the_database_with_dedup_keys(database: Database) 
 async def test_dedup_on_the_database_holds_under_concurrent_enqueues(database: Database) -> None:
     async with job_app(database) as app:
         answers = await asyncio.gather(
-            *(app.enqueue(app.database, "noop", {}, dedup_key="once") for _ in range(8))
+            *(app.enqueue("noop", {}, dedup_key="once") for _ in range(8))
         )
     [row] = await job_rows(database)
     assert {a.id for a in answers} == {row["id"]}
@@ -131,9 +131,9 @@ async def test_dedup_on_the_database_holds_under_concurrent_enqueues(database: D
 async def test_bad_input_on_the_database_writes_nothing(database: Database) -> None:
     async with job_app(database) as app:
         with pytest.raises(UnknownJobType):
-            await app.enqueue(app.database, "nope", {})
+            await app.enqueue("nope", {})
         with pytest.raises(InvalidPayload):
-            await app.enqueue_many(app.database, "noop", [{}, {"x": float("nan")}])
+            await app.enqueue_many("noop", [{}, {"x": float("nan")}])
     assert await job_rows(database) == []
 
 
@@ -146,7 +146,7 @@ async def test_a_cancelled_enqueue_writes_nothing_and_leaves_the_pool_usable(
             blocked = blocker.transaction()
             await blocked.start()
             await blocker.execute("LOCK TABLE cronlock.jobs IN EXCLUSIVE MODE")
-            task = asyncio.create_task(app.enqueue(app.database, "noop", {"n": 1}))
+            task = asyncio.create_task(app.enqueue("noop", {"n": 1}))
 
             async def waiting() -> bool:
                 count = await blocker.fetchval(
@@ -160,7 +160,7 @@ async def test_a_cancelled_enqueue_writes_nothing_and_leaves_the_pool_usable(
             with pytest.raises(asyncio.CancelledError):
                 await task
             await blocked.rollback()
-            await app.enqueue(app.database, "noop", {"n": 2})
+            await app.enqueue("noop", {"n": 2})
             assert await _idle_in_transaction(app.database) == 0
     finally:
         await blocker.close()
@@ -178,9 +178,9 @@ async def test_enqueue_on_a_database_with_its_own_schema(empty_database: Databas
     app = testjobs.create_app()
     app.use_database(str(empty_database.url), schema="jobs_here")
     try:
-        answer = await app.enqueue(app.database, "noop", {"n": 1})
-        again = await app.enqueue(app.database, "noop", {}, dedup_key="k")
-        assert (await app.enqueue(app.database, "noop", {}, dedup_key="k")).id == again.id
+        answer = await app.enqueue("noop", {"n": 1})
+        again = await app.enqueue("noop", {}, dedup_key="k")
+        assert (await app.enqueue("noop", {}, dedup_key="k")).id == again.id
     finally:
         await app.aclose()
     async with empty_database.connect() as conn:
@@ -193,8 +193,8 @@ async def test_enqueue_on_the_database_through_pgbouncer(database: Database) -> 
         async with job_app(database) as app:
             app.use_database(bouncer.render_as_string(hide_password=False), pgbouncer=True)
             for n in range(20):
-                await app.enqueue(app.database, "noop", {"n": n})
-            first = await app.enqueue(app.database, "noop", {}, dedup_key="k")
-            second = await app.enqueue(app.database, "noop", {}, dedup_key="k")
+                await app.enqueue("noop", {"n": n})
+            first = await app.enqueue("noop", {}, dedup_key="k")
+            second = await app.enqueue("noop", {}, dedup_key="k")
     assert first.created and not second.created and second.id == first.id
     assert len(await job_rows(database)) == 21

@@ -20,12 +20,12 @@ async def test_email_report_and_payments_with_one_failing(
     try:
         async with database.session() as session:
             await examples.setup_demo(session, posts=1)
-            await app.enqueue(session, "send_email", {"to": "a@example.com"})
-            await app.enqueue(session, "generate_report", {"report_id": 42})
+            await app.enqueue_tx(session, "send_email", {"to": "a@example.com"})
+            await app.enqueue_tx(session, "generate_report", {"report_id": 42})
             # 100 payments to 10 users, one of them to a user who does not exist.
             payments = [{"user_id": 1 + i % 10, "amount": 1 + i % 7} for i in range(99)]
             payments.insert(50, {"user_id": 999, "amount": 5})
-            await app.enqueue_many(session, "process_payment", payments)
+            await app.enqueue_many_tx(session, "process_payment", payments)
             await session.commit()
 
         result = await app.drain(commit_mode="batch", batch_size=20)
@@ -73,7 +73,7 @@ async def test_process_payment_on_a_money_column(database: Database, examples: M
                 text("ALTER TABLE users ALTER COLUMN balance TYPE numeric(12, 2)")
             )
             await session.execute(text("UPDATE users SET balance = 10.25 WHERE id = 1"))
-            await app.enqueue(session, "process_payment", {"user_id": 1, "amount": 5})
+            await app.enqueue_tx(session, "process_payment", {"user_id": 1, "amount": 5})
             await session.commit()
         result = await app.drain()
     finally:

@@ -63,7 +63,7 @@ async def _app(database: Database) -> AsyncIterator[tuple[App, dict[str, Gate]]]
 
 async def _enqueue(app: App, job_type: str, payload: dict[str, Any]) -> uuid.UUID:
     async with app.database.session() as session:
-        enqueued = await app.enqueue(session, job_type, payload)
+        enqueued = await app.enqueue_tx(session, job_type, payload)
         await session.commit()
     return enqueued.id
 
@@ -318,7 +318,7 @@ async def test_a_live_owners_running_job_is_left_alone(database: Database) -> No
 async def test_many_lease_jobs_batched_every_job_once(database: Database) -> None:
     async with _app(database) as (app, _):
         async with app.database.session() as session:
-            await app.enqueue_many(session, "noop", [{} for _ in range(500)])
+            await app.enqueue_many_tx(session, "noop", [{} for _ in range(500)])
             await session.commit()
         result = await app.drain(commit_mode=LEASE, batch_size=50, concurrency=2)
     assert result.stats["processed"] == 500

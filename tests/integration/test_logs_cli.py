@@ -52,7 +52,7 @@ async def test_worker_says_it_started_then_active_then_each_job_in_json(
         said = _JsonLines(worker.stderr)
         await eventually(lambda: said.has(action="drainer_active", queue="default"), timeout=30)
         async with job_app(database) as app:
-            answer = await app.enqueue(app.database, "noop", {"n": 1})
+            answer = await app.enqueue("noop", {"n": 1})
         await eventually(lambda: said.has(action="job_finished", job_id=str(answer.id)), timeout=30)
         worker.send_signal(signal.SIGTERM)
         code = worker.wait(timeout=30)
@@ -90,7 +90,7 @@ async def test_a_worker_says_active_by_default_but_no_line_per_job(
         said = _JsonLines(worker.stderr)
         await eventually(lambda: said.has(action="drainer_active"), timeout=30)
         async with job_app(database) as app:
-            await app.enqueue(app.database, "noop", {"n": 1})
+            await app.enqueue("noop", {"n": 1})
             await eventually(lambda: _done(database), timeout=30)
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)

@@ -111,7 +111,7 @@ class Lab:
 
     async def add(self, job_type: str, payload: Any = None, **options: Any) -> Enqueued:
         """One job, committed on its own (every scenario enqueues through here)."""
-        return await self.app.enqueue(self.app.database, job_type, payload, **options)
+        return await self.app.enqueue(job_type, payload, **options)
 
     async def enqueue(self, job_type: str, payload: Any = None, **options: Any) -> uuid.UUID:
         return (await self.add(job_type, payload, **options)).id

@@ -27,11 +27,11 @@ async def test_metrics_match_the_tables(database: Database) -> None:
     waiting_since = datetime.now(UTC) - timedelta(minutes=5)
     async with job_app(database) as app:
         async with database.session() as session:
-            await app.enqueue_many(session, "echo", [{"n": 1}, {"n": 2}, {"n": 3}])
-            await app.enqueue(session, "always_fail", {})
+            await app.enqueue_many_tx(session, "echo", [{"n": 1}, {"n": 2}, {"n": 3}])
+            await app.enqueue_tx(session, "always_fail", {})
             # Due for five minutes already: the oldest due job's age is known within the test.
-            await app.enqueue(session, "echo", {}, queue="backlog", run_at=waiting_since)
-            await app.enqueue(session, "echo", {}, queue="later", delay=3600)
+            await app.enqueue_tx(session, "echo", {}, queue="backlog", run_at=waiting_since)
+            await app.enqueue_tx(session, "echo", {}, queue="later", delay=3600)
             await session.commit()
         moment = datetime.now(UTC)
         for _ in range(3):  # always_fail: 3 attempts, 2 retries, then failed

@@ -109,11 +109,11 @@ async def test_rollup_matches_a_count_from_scratch_through_folds_and_prunes(
 
         async def enqueue_round() -> None:
             async with database.session() as session:
-                await app.enqueue_many(session, "echo", [{"n": n} for n in range(5)])
-                await app.enqueue_many(session, "echo", [{"n": 1}, {"n": 2}], queue="other")
-                await app.enqueue(session, "always_fail", {})  # 3 attempts: 2 retries, failed
-                await app.enqueue(session, "gives_up", {})  # cancelled by its handler
-                await app.enqueue(session, "snoozy", {"key": str(key), "times": 2, "delay": 60})
+                await app.enqueue_many_tx(session, "echo", [{"n": n} for n in range(5)])
+                await app.enqueue_many_tx(session, "echo", [{"n": 1}, {"n": 2}], queue="other")
+                await app.enqueue_tx(session, "always_fail", {})  # 3 attempts: 2 retries, failed
+                await app.enqueue_tx(session, "gives_up", {})  # cancelled by its handler
+                await app.enqueue_tx(session, "snoozy", {"key": str(key), "times": 2, "delay": 60})
                 await session.commit()
 
         # Round 1 finishes at base; the folds choose a point past it, then fold it in.
@@ -183,12 +183,12 @@ async def test_a_completion_committed_after_the_point_was_chosen_is_counted_once
     app.use_database(str(database.url))
     try:
         async with database.session() as session:
-            await app.enqueue_many(session, "quick", [{}, {}, {}])
+            await app.enqueue_many_tx(session, "quick", [{}, {}, {}])
             await session.commit()
         base = datetime.now(UTC)
         await app.drainer(clock=_at(base)).drain()
         async with database.session() as session:
-            await app.enqueue(session, "slow", {})
+            await app.enqueue_tx(session, "slow", {})
             await session.commit()
         # The handler's completion will carry base + 10 min, under every point chosen below.
         lane = app.drainer(clock=_at(base + timedelta(minutes=10)))
@@ -217,7 +217,7 @@ async def test_a_completion_committed_after_the_point_was_chosen_is_counted_once
 async def test_a_scrape_while_another_folds_reads_without_folding(database: Database) -> None:
     async with job_app(database) as app:
         async with database.session() as session:
-            await app.enqueue_many(session, "echo", [{"n": n} for n in range(4)])
+            await app.enqueue_many_tx(session, "echo", [{"n": n} for n in range(4)])
             await session.commit()
         base = datetime.now(UTC)
         await app.drainer(clock=_at(base)).drain()

@@ -82,17 +82,17 @@ async def test_the_dedup_key_is_held_while_its_job_runs_and_its_retries_go_on(
 ) -> None:
     """The issue's sequence: the second enqueue while the first job runs creates nothing."""
     async with _app(database) as (app, gate):
-        first = await app.enqueue(app.database, "fails", {"hold": True}, dedup_key="K")
+        first = await app.enqueue("fails", {"hold": True}, dedup_key="K")
         drainer, task = await _worker(app, mode)
         await asyncio.wait_for(gate.reached.wait(), 10)
-        again = await app.enqueue(app.database, "fails", {}, dedup_key="K", delay=60)
+        again = await app.enqueue("fails", {}, dedup_key="K", delay=60)
         assert again.created is False and again.id == first.id
         gate.release.set()
         await eventually(lambda: _failed(database, first.id))
         result = await _stop(drainer, task)
         assert result.status is not RunStatus.FAILED, result.error
         # A new worker of the same mode starts and serves.
-        fresh = await app.enqueue(app.database, "ok", {})
+        fresh = await app.enqueue("ok", {})
         drained = await app.drain(commit_mode=mode)
     assert drained.status is RunStatus.COMPLETED, drained.error
     row = await _row(database, first.id)
@@ -112,7 +112,7 @@ async def test_a_key_taken_before_the_index_held_it_does_not_wedge_the_lease_mod
     let it): the retry cannot be written, so the job fails with the reason in its history,
     the worker goes on, and a new lease worker starts."""
     async with _app(database) as (app, gate):
-        first = await app.enqueue(app.database, "fails", {"hold": True}, dedup_key="K")
+        first = await app.enqueue("fails", {"hold": True}, dedup_key="K")
         drainer, task = await _worker(app, "lease")
         await asyncio.wait_for(gate.reached.wait(), 10)
         async with database.engine.begin() as conn:  # the index before 0014, and its hole
@@ -131,7 +131,7 @@ async def test_a_key_taken_before_the_index_held_it_does_not_wedge_the_lease_mod
             )
         gate.release.set()
         await eventually(lambda: _failed(database, first.id))
-        after = await app.enqueue(app.database, "ok", {})
+        after = await app.enqueue("ok", {})
         await eventually(lambda: _completed(database, after.id))
         result = await _stop(drainer, task)
         assert result.status is not RunStatus.FAILED, result.error
@@ -174,8 +174,8 @@ async def test_an_outcome_the_database_refuses_fails_its_job_and_the_worker_goes
 ) -> None:
     async with _app(database) as (app, _gate):
         job_type = "ok" if status == "completed" else "fails"
-        bad = await app.enqueue(app.database, job_type, {}, priority=1)
-        others = [await app.enqueue(app.database, "ok", {}) for _ in range(3)]
+        bad = await app.enqueue(job_type, {}, priority=1)
+        others = [await app.enqueue("ok", {}) for _ in range(3)]
         await _refuse(database, bad.id, (status,))
         drainer = app.drainer(commit_mode=mode, batch_size=4 if mode != "strict" else None)
         result = await drainer.drain()
@@ -187,7 +187,7 @@ async def test_an_outcome_the_database_refuses_fails_its_job_and_the_worker_goes
         for other in others:
             assert await _completed(database, other.id)
         # A new worker starts and serves.
-        after = await app.enqueue(app.database, "ok", {})
+        after = await app.enqueue("ok", {})
         drained = await app.drain(commit_mode=mode)
     assert drained.status is RunStatus.COMPLETED, drained.error
     assert await _status(database, after.id) == "completed"
@@ -197,8 +197,8 @@ async def test_a_lost_job_the_database_refuses_to_return_fails_and_the_sweep_goe
     database: Database,
 ) -> None:
     async with _app(database) as (app, gate):
-        held = await app.enqueue(app.database, "fails", {"hold": True})
-        lost = await app.enqueue(app.database, "ok", {})
+        held = await app.enqueue("fails", {"hold": True})
+        lost = await app.enqueue("ok", {})
         async with database.engine.begin() as conn:  # two jobs of a dead worker
             await conn.execute(
                 text(
@@ -223,8 +223,8 @@ async def test_a_job_the_database_refuses_to_hand_out_fails_and_the_lease_lane_c
     database: Database,
 ) -> None:
     async with _app(database) as (app, _gate):
-        bad = await app.enqueue(app.database, "ok", {}, priority=1)
-        others = [await app.enqueue(app.database, "ok", {}) for _ in range(3)]
+        bad = await app.enqueue("ok", {}, priority=1)
+        others = [await app.enqueue("ok", {}) for _ in range(3)]
         await _refuse(database, bad.id, ("processing",))
         result = await app.drain(commit_mode="lease", batch_size=4)
         assert result.status is not RunStatus.FAILED, result.error
@@ -242,7 +242,7 @@ async def test_a_payload_this_process_cannot_read_fails_its_job_not_the_lane(
 ) -> None:
     """JSON nested deeper than Python's recursion limit, which plain SQL can store."""
     async with _app(database) as (app, _gate):
-        others = [await app.enqueue(app.database, "ok", {}) for _ in range(2)]
+        others = [await app.enqueue("ok", {}) for _ in range(2)]
         deep = "[" * 5000 + "]" * 5000
         async with database.engine.begin() as conn:
             bad = await conn.scalar(

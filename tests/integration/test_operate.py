@@ -20,7 +20,7 @@ from sqlalchemy import func, insert, select
 from testapps import jobs as testjobs
 from waiting import eventually
 
-from cronlock import App, ChangeOutcome, Database, InvalidJobOption, JobStatus
+from cronlock import App, ChangeOutcome, Database, InvalidJobOption, JobFilter, JobStatus
 from cronlock.sql.tables import jobs
 
 
@@ -33,7 +33,7 @@ async def _statuses(database: Database) -> dict[str, int]:
 
 async def _fail_for_good(app: App, job_type: str = "always_fail") -> uuid.UUID:
     """A job of ``job_type`` that failed every attempt (max_retries=2: three attempts)."""
-    answer = await app.enqueue(app.database, job_type, {})
+    answer = await app.enqueue(job_type, {})
     later = datetime.now(UTC)
     for _ in range(3):
         later += timedelta(hours=2)
@@ -67,8 +67,8 @@ async def _failed_rows(database: Database, job_type: str, count: int) -> None:
 
 async def test_get_and_list_newest_first_with_filters_and_pages(database: Database) -> None:
     async with job_app(database) as app:
-        ids = [(await app.enqueue(app.database, "noop", {"n": n})).id for n in range(5)]
-        other = await app.enqueue(app.database, "echo", {}, queue="other")
+        ids = [(await app.enqueue("noop", {"n": n})).id for n in range(5)]
+        other = await app.enqueue("echo", {}, queue="other")
         job = await app.get_job(ids[0])
         assert job is not None and job.status is JobStatus.PENDING and job.payload == {"n": 0}
         assert await app.get_job(uuid.uuid4()) is None
@@ -83,24 +83,22 @@ async def test_get_and_list_newest_first_with_filters_and_pages(database: Databa
                 break
         assert seen == [other.id, *reversed(ids)]  # newest first, each once
 
-        assert [j.id for j in (await app.list_jobs(queue="other")).jobs] == [other.id]
-        assert len((await app.list_jobs(job_type="noop")).jobs) == 5
-        assert (await app.list_jobs(status="completed")).jobs == ()
+        assert [j.id for j in (await app.list_jobs(JobFilter(queue="other"))).jobs] == [other.id]
+        assert len((await app.list_jobs(JobFilter(job_type="noop"))).jobs) == 5
+        assert (await app.list_jobs(JobFilter(status="completed"))).jobs == ()
         first = await app.get_job(ids[2])
         assert first is not None
-        newer = await app.list_jobs(created_after=first.created_at, job_type="noop")
+        newer = await app.list_jobs(JobFilter(created_after=first.created_at, job_type="noop"))
         assert [j.id for j in newer.jobs] == [ids[4], ids[3], ids[2]]
-        assert await app.count_jobs(status=["pending"]) == 6
+        assert await app.count_jobs(JobFilter(status=["pending"])) == 6
         assert await app.count_jobs(verb="delete") == 0
 
-        for bad in (
-            {"status": "lost"},
-            {"created_after": datetime(2026, 1, 1)},
-            {"limit": 0},
-            {"cursor": "not-a-cursor"},
-        ):
+        for bad in ({"status": "lost"}, {"created_after": datetime(2026, 1, 1)}):
             with pytest.raises(InvalidJobOption):
-                await app.list_jobs(**bad)
+                JobFilter(**bad)  # checked when made
+        for paging in ({"limit": 0}, {"cursor": "not-a-cursor"}):
+            with pytest.raises(InvalidJobOption):
+                await app.list_jobs(**paging)
 
 
 async def test_retry_a_failed_job_gives_it_one_more_attempt_and_keeps_its_history(
@@ -126,7 +124,7 @@ async def test_retry_a_failed_job_gives_it_one_more_attempt_and_keeps_its_histor
 
         again = await app.retry_job(uuid.uuid4())
         assert again.outcome is ChangeOutcome.NOT_FOUND and not again.changed
-        done = await app.enqueue(app.database, "noop", {})
+        done = await app.enqueue("noop", {})
         await app.drain()
         wrong = await app.retry_job(done.id)
         assert (wrong.outcome, wrong.status) == (ChangeOutcome.WRONG_STATUS, JobStatus.COMPLETED)
@@ -134,7 +132,7 @@ async def test_retry_a_failed_job_gives_it_one_more_attempt_and_keeps_its_histor
 
 async def test_retry_makes_a_retrying_job_due_now(database: Database) -> None:
     async with job_app(database) as app:
-        answer = await app.enqueue(app.database, "flaky", {"key": "r"})
+        answer = await app.enqueue("flaky", {"key": "r"})
         await app.drain()  # attempt 1 fails: retrying, due in a second
         [row] = await job_rows(database)
         assert row["status"] == "retrying" and row["run_at"] > await scalar(database, func.now())
@@ -161,7 +159,7 @@ async def test_retry_leaves_a_job_whose_dedup_key_is_held(database: Database) ->
                         completed_at=datetime.now(UTC),
                     )
                 )
-        bulk = await app.retry_jobs(status="failed")
+        bulk = await app.retry_jobs(JobFilter(status="failed"))
         assert (bulk.matched, bulk.changed) == (2, 1)
         assert bulk.unchanged == {ChangeOutcome.DEDUP_KEY_HELD: 1}
         [left] = await job_rows(database, status="failed")
@@ -172,7 +170,7 @@ async def test_retry_leaves_a_job_whose_dedup_key_is_held(database: Database) ->
 
 async def test_cancel_a_waiting_job_and_it_never_runs(database: Database) -> None:
     async with job_app(database) as app:
-        answer = await app.enqueue(app.database, "count", {"n": 1})
+        answer = await app.enqueue("count", {"n": 1})
         change = await app.cancel_job(answer.id)
         assert (change.outcome, change.status) == (ChangeOutcome.CANCELLED, JobStatus.CANCELLED)
         assert (await app.drain()).stats["processed"] == 0
@@ -188,15 +186,15 @@ async def test_cancel_a_waiting_job_and_it_never_runs(database: Database) -> Non
 
 async def test_delete_only_finished_jobs(database: Database) -> None:
     async with job_app(database) as app:
-        waiting = await app.enqueue(app.database, "noop", {})
+        waiting = await app.enqueue("noop", {})
         refused = await app.delete_job(waiting.id)
         assert refused.outcome is ChangeOutcome.WRONG_STATUS and "cancel it first" in refused.detail
         await app.drain()
         for n in range(3):
-            await app.enqueue(app.database, "echo", {"n": n}, queue="other")
+            await app.enqueue("echo", {"n": n}, queue="other")
         with pytest.raises(InvalidJobOption, match="delete acts on completed"):
-            await app.delete_jobs(status="pending")
-        gone = await app.delete_jobs(queue="default")
+            await app.delete_jobs(JobFilter(status="pending"))
+        gone = await app.delete_jobs(JobFilter(queue="default"))
         assert (gone.matched, gone.changed) == (1, 1)
         assert await _statuses(database) == {"pending": 3}
         assert (await app.delete_job(waiting.id)).outcome is ChangeOutcome.NOT_FOUND
@@ -205,12 +203,12 @@ async def test_delete_only_finished_jobs(database: Database) -> None:
 async def test_bulk_changes_walk_in_batches(database: Database) -> None:
     async with job_app(database) as app:
         await _failed_rows(database, "noop", 1203)
-        changed = await app.retry_jobs(job_type="noop")
+        changed = await app.retry_jobs(JobFilter(job_type="noop"))
         assert (changed.matched, changed.changed, dict(changed.unchanged)) == (1203, 1203, {})
         assert await _statuses(database) == {"retrying": 1203}
-        cancelled = await app.cancel_jobs(status="retrying")
+        cancelled = await app.cancel_jobs(JobFilter(status="retrying"))
         assert cancelled.changed == 1203
-        deleted = await app.delete_jobs(status="cancelled")
+        deleted = await app.delete_jobs(JobFilter(status="cancelled"))
         assert deleted.changed == 1203 and await job_rows(database) == []
 
 
@@ -235,7 +233,7 @@ async def test_cancel_of_a_running_job_stops_it_and_the_drainer_goes_on(
 ) -> None:
     started, _ = gate
     async with job_app(database) as app:
-        answer = await app.enqueue(app.database, "gated", {"n": 1})
+        answer = await app.enqueue("gated", {"n": 1})
         drainer, working = await _work(app)
         try:
             await eventually(lambda: asyncio.sleep(0, started.exists()))
@@ -245,7 +243,7 @@ async def test_cancel_of_a_running_job_stops_it_and_the_drainer_goes_on(
             assert "cancelled while running" in change.detail
             retry = await app.retry_job(answer.id)
             assert retry.outcome is ChangeOutcome.WRONG_STATUS  # cancelled, not failed
-            after = await app.enqueue(app.database, "count", {"n": 2})
+            after = await app.enqueue("count", {"n": 2})
             await eventually(lambda: _is(database, "completed", 1))
             assert (await app.get_job(after.id)).status is JobStatus.COMPLETED  # type: ignore[union-attr]
         finally:
@@ -276,7 +274,7 @@ async def _no_double_runs(database: Database, gated: int = 0) -> int:
 @pytest.mark.parametrize("mode", ["strict", "batch"])
 async def test_cancel_racing_the_claim(database: Database, mode: str) -> None:
     async with job_app(database) as app:
-        await app.enqueue_many(app.database, "count", [{"n": n} for n in range(300)])
+        await app.enqueue_many("count", [{"n": n} for n in range(300)])
         drainer, working = await _work(app, commit_mode=mode, batch_size=10)
         try:
             cancelled = requested = 0
@@ -305,7 +303,7 @@ async def test_retry_racing_a_drain(database: Database, mode: str) -> None:
         await _failed_rows(database, "count", 300)
         drainer, working = await _work(app, commit_mode=mode, batch_size=10)
         try:
-            retried = await app.retry_jobs(status="failed")
+            retried = await app.retry_jobs(JobFilter(status="failed"))
             assert retried.changed == 300  # no failed job is ever locked by a drainer
             await eventually(lambda: _is(database, "completed", 300), timeout=30)
             again = await app.retry_jobs()  # nothing left to retry
@@ -322,8 +320,8 @@ async def test_pause_while_a_batch_is_in_flight(
 ) -> None:
     started, release = gate
     async with job_app(database) as app:
-        await app.enqueue_many(app.database, "gated", [{"n": n} for n in range(100, 103)])
-        await app.enqueue_many(app.database, "count", [{"n": n} for n in range(20)])
+        await app.enqueue_many("gated", [{"n": n} for n in range(100, 103)])
+        await app.enqueue_many("count", [{"n": n} for n in range(20)])
         drainer, working = await _work(app, commit_mode="batch", batch_size=3)
         try:
             await eventually(lambda: asyncio.sleep(0, started.exists()))
@@ -355,7 +353,7 @@ async def test_a_paused_queue_wakes_on_resume_without_waiting_for_its_poll(
     caplog.set_level(logging.INFO, logger="cronlock.drainer")
     async with job_app(database) as app:
         await app.pause_queue("default")
-        await app.enqueue(app.database, "noop", {})
+        await app.enqueue("noop", {})
         drainer = app.drainer(poll_interval=30, heartbeat_interval=0.2)
         working = asyncio.create_task(drainer.work())
         try:

@@ -66,7 +66,7 @@ async def _failed(database: Database, count: int, **values: Any) -> None:
 
 async def test_list_show_and_pages(database: Database, database_url: str) -> None:
     async with job_app(database) as app:
-        ids = [str((await app.enqueue(app.database, "noop", {"n": n})).id) for n in range(3)]
+        ids = [str((await app.enqueue("noop", {"n": n})).id) for n in range(3)]
     page = as_json(await cli("jobs", "list", "--limit", "2", "--json", database_url=database_url))
     assert [j["id"] for j in page["jobs"]] == [ids[2], ids[1]] and page["next_cursor"]
     rest = await cli(
@@ -95,7 +95,7 @@ async def test_list_show_and_pages(database: Database, database_url: str) -> Non
 
 async def test_one_job_exit_codes(database: Database, database_url: str) -> None:
     async with job_app(database) as app:
-        job_id = str((await app.enqueue(app.database, "noop", {})).id)
+        job_id = str((await app.enqueue("noop", {})).id)
     cancelled = await cli("jobs", "cancel", job_id, "--json", database_url=database_url)
     assert cancelled.returncode == 0, cancelled.stderr
     assert as_json(cancelled)["outcome"] == "cancelled"
@@ -166,7 +166,7 @@ async def test_bad_input_is_one_line_and_exit_2(database: Database, database_url
 
 async def test_queue_pause_resume_list(database: Database, database_url: str) -> None:
     async with job_app(database) as app:
-        await app.enqueue(app.database, "noop", {})
+        await app.enqueue("noop", {})
     paused = await cli("queue", "pause", "default", "--json", database_url=database_url)
     assert paused.returncode == 0, paused.stderr
     assert as_json(paused)["paused"] is True and as_json(paused)["changed"] is True
@@ -199,7 +199,7 @@ async def test_a_typod_queue_is_refused_and_a_made_one_can_be_deleted(
     database: Database, database_url: str
 ) -> None:
     async with job_app(database) as app:
-        await app.enqueue(app.database, "noop", {}, queue="busy")
+        await app.enqueue("noop", {}, queue="busy")
     typo = await cli("queue", "pause", "nosuchqueue", database_url=database_url)
     assert typo.returncode == 2 and typo.stdout == ""
     [line] = typo.stderr.strip().splitlines()
@@ -290,8 +290,8 @@ async def test_cancel_of_a_job_a_worker_process_is_running(
     from waiting import wait_for
 
     async with job_app(database) as app:
-        first = str((await app.enqueue(app.database, "gated", {"n": 1})).id)
-        second = str((await app.enqueue(app.database, "gated", {"n": 2})).id)
+        first = str((await app.enqueue("gated", {"n": 1})).id)
+        second = str((await app.enqueue("gated", {"n": 2})).id)
     started, release = tmp_path / "started", tmp_path / "release"
     gate = {"GATE_STARTED": str(started), "GATE_RELEASE": str(release)}
     worker = start_cli(*APP, "worker", database_url=database_url, **gate)
@@ -307,7 +307,7 @@ async def test_cancel_of_a_job_a_worker_process_is_running(
         bad = await cli("jobs", "cancel", second, "--wait", "-1", database_url=database_url)
         assert bad.returncode == 2
         async with job_app(database) as app:
-            after = (await app.enqueue(app.database, "count", {"n": 3})).id
+            after = (await app.enqueue("count", {"n": 3})).id
             await eventually(lambda: _status_is(app, after, "completed"), timeout=30)
         worker.terminate()
         code, _, stderr = await asyncio.to_thread(finish, worker)

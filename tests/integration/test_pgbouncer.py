@@ -73,7 +73,7 @@ async def test_drains_through_pgbouncer_and_leave_no_lock(database: Database) ->
     from testapps import jobs as testjobs
 
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue_many(session, "count", [{"n": i} for i in range(50)])
+        await app.enqueue_many_tx(session, "count", [{"n": i} for i in range(50)])
         await session.commit()
     with running_pgbouncer(database.url, pool_size=3) as bouncer:
         app = testjobs.create_app()
@@ -82,7 +82,7 @@ async def test_drains_through_pgbouncer_and_leave_no_lock(database: Database) ->
             first = await app.drain(commit_mode="batch", batch_size=20)
             second = await app.drain()
             async with database.session() as session:
-                await app.enqueue_many(session, "count", [{"n": i} for i in range(50, 60)])
+                await app.enqueue_many_tx(session, "count", [{"n": i} for i in range(50, 60)])
                 await session.commit()
             # The lease mode's liveness lock is transaction-level too: it holds through
             # transaction pooling and is gone with its transaction.

@@ -56,7 +56,7 @@ async def stop_standbys(database: Database, stops: int) -> None:
             client = await asyncpg.connect(libpq_url(bouncer), statement_cache_size=0)
             assert await client.fetchval("SELECT 1") == 1
             await client.close()
-            await app.enqueue(app.database, "noop", {})
+            await app.enqueue("noop", {})
             await eventually(lambda: _completed(database), timeout=30)
             stop_active.set()
             result = await asyncio.wait_for(active, 30)

@@ -38,7 +38,7 @@ async def _kept_pid(quick: QuickConnections) -> int:
 async def test_one_connection_serves_enqueue_after_enqueue(database: Database) -> None:
     async with job_app(database) as app:
         for n in range(5):
-            await app.enqueue(app.database, "noop", {"n": n})
+            await app.enqueue("noop", {"n": n})
         kept = await _kept_pid(app.database.quick)
         # Only the kept connection: the pool opened it once and has none of its own.
         assert await _backends(database) == [kept]
@@ -47,12 +47,12 @@ async def test_one_connection_serves_enqueue_after_enqueue(database: Database) -
 
 async def test_a_caller_that_finds_it_busy_borrows_from_the_pool(database: Database) -> None:
     async with job_app(database) as app:
-        await app.enqueue(app.database, "noop", {"n": 0})
+        await app.enqueue("noop", {"n": 0})
         quick = app.database.quick
         held, pooled = await quick.acquire()
         try:
             assert pooled is None
-            await app.enqueue(app.database, "noop", {"n": 1})  # the kept one is busy
+            await app.enqueue("noop", {"n": 1})  # the kept one is busy
             borrowed = set(await _backends(database)) - {held.get_server_pid()}
             assert len(borrowed) == 1  # a pooled connection, back in the pool now
         finally:
@@ -63,7 +63,7 @@ async def test_a_caller_that_finds_it_busy_borrows_from_the_pool(database: Datab
 
 async def test_a_connection_the_server_closed_is_not_handed_out(database: Database) -> None:
     async with job_app(database) as app:
-        await app.enqueue(app.database, "noop", {"n": 0})
+        await app.enqueue("noop", {"n": 0})
         quick = app.database.quick
         driver, pooled = await quick.acquire()
         await quick.release(driver, pooled)
@@ -76,14 +76,14 @@ async def test_a_connection_the_server_closed_is_not_handed_out(database: Databa
             return driver.is_closed()
 
         await eventually(noticed)
-        await app.enqueue(app.database, "noop", {"n": 1})  # on another connection, no error
+        await app.enqueue("noop", {"n": 1})  # on another connection, no error
         assert await _kept_pid(quick) != driver.get_server_pid()
     assert len(await job_rows(database)) == 2
 
 
 async def test_dispose_closes_the_kept_connection(database: Database) -> None:
     async with job_app(database) as app:
-        await app.enqueue(app.database, "noop", {})
+        await app.enqueue("noop", {})
         kept = await _kept_pid(app.database.quick)
     # app.aclose() disposed its Database.
 

@@ -132,7 +132,7 @@ async def test_with_drainer_drains_the_queue_beside_the_tasks(
     from waiting import eventually
 
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue(session, "echo", {"n": 1})
+        await app.enqueue_tx(session, "echo", {"n": 1})
         await session.commit()
     daemon = start_cli(
         "--app", "testapps.jobs", "scheduler", "--with-drainer", database_url=database_url

@@ -87,7 +87,7 @@ async def test_serve_worker_stops_with_the_event_and_finishes_the_job_in_flight(
     served: Served, database: Database
 ) -> None:
     app, gate = served.app, served.gate
-    await app.enqueue_many(app.database, "gated", [{"n": n} for n in range(3)])
+    await app.enqueue_many("gated", [{"n": n} for n in range(3)])
     before = signal.getsignal(signal.SIGTERM)
     drainer = app.drainer(commit_mode="batch", batch_size=10)  # all three in one batch
     stop = asyncio.Event()
@@ -114,7 +114,7 @@ async def test_serve_worker_aborts_the_job_in_flight_when_the_grace_period_ends(
     served: Served, database: Database
 ) -> None:
     app, gate = served.app, served.gate
-    await app.enqueue(app.database, "gated", {"n": 1})
+    await app.enqueue("gated", {"n": 1})
     stop = asyncio.Event()
     serving = asyncio.create_task(serve_worker(app.drainer(), grace_period=0, stop=stop))
     await asyncio.wait_for(gate.started.wait(), 30)
@@ -129,7 +129,7 @@ async def test_serve_worker_with_signals_stops_on_sigterm_and_aborts_on_a_second
     served: Served, database: Database
 ) -> None:
     app, gate = served.app, served.gate
-    await app.enqueue(app.database, "gated", {"n": 1})
+    await app.enqueue("gated", {"n": 1})
     before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     drainer = app.drainer()
     serving = asyncio.create_task(serve_worker(drainer, handle_signals=True))
@@ -151,7 +151,7 @@ async def test_serve_worker_with_signals_stops_on_sigterm_and_aborts_on_a_second
 
 async def test_serve_drain_drains_until_nothing_is_due(served: Served, database: Database) -> None:
     app = served.app
-    await app.enqueue_many(app.database, "noop", [None] * 5)
+    await app.enqueue_many("noop", [None] * 5)
     result = await serve_drain(app.drainer(concurrency=2))
     assert result.status is RunStatus.COMPLETED
     assert result.stats["processed"] == 5
@@ -181,7 +181,7 @@ async def test_serve_scheduler_restarts_a_drainer_that_ends_on_its_own(
         # The first drainer loses its database (an admin, or a server restart, cut it).
         assert await _cut_drainer_lock(database) == 1
         await eventually(lambda: _made_and_active(made, 2), timeout=30)
-        await app.enqueue(app.database, "noop", None)  # the new one drains
+        await app.enqueue("noop", None)  # the new one drains
         await eventually(lambda: _statuses_are(database, {"completed": 1}), timeout=30)
 
         stop.set()
@@ -211,7 +211,7 @@ async def test_serve_schedulers_drainer_rides_out_a_lost_lock(
         assert await _cut_drainer_lock(database) == 1
         await eventually(lambda: _said(caplog, "answers again"), timeout=30)
         await eventually(lambda: _made_and_active(made, 1), timeout=30)
-        await app.enqueue(app.database, "noop", None)  # the same drainer drains again
+        await app.enqueue("noop", None)  # the same drainer drains again
         await eventually(lambda: _statuses_are(database, {"completed": 1}), timeout=30)
         stop.set()
         await asyncio.wait_for(serving, 30)
@@ -249,7 +249,7 @@ async def test_serve_scheduler_gives_the_drainers_job_in_flight_the_shutdown_gra
     served: Served, database: Database
 ) -> None:
     app, gate = served.app, served.gate
-    await app.enqueue(app.database, "gated", {"n": 1})
+    await app.enqueue("gated", {"n": 1})
     stop = asyncio.Event()
     serving = asyncio.create_task(
         serve_scheduler(Scheduler(app, shutdown_grace=60), drainer=app.drainer, stop=stop)
@@ -278,8 +278,8 @@ async def test_migrate_and_status_from_code(empty_database: Database) -> None:
     try:
         assert await app.migrate() == head_revision()
         assert await app.migrate() == head_revision()  # idempotent
-        await app.enqueue(app.database, "noop", None)
-        await app.enqueue(app.database, "boom", None)
+        await app.enqueue("noop", None)
+        await app.enqueue("boom", None)
         await app.drain()
         report = await app.status()
     finally:

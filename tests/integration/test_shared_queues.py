@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 async def _enqueue(database: Database, job_type: str, count: int) -> None:
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue_many(session, job_type, [{"n": i} for i in range(count)])
+        await app.enqueue_many_tx(session, job_type, [{"n": i} for i in range(count)])
         await session.commit()
 
 
@@ -92,8 +92,8 @@ async def test_two_shared_drainers_are_active_at_once_and_drain_beside_each_othe
     monkeypatch.setenv("GATE_STARTED", str(started))
     monkeypatch.setenv("GATE_RELEASE", str(release))
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue(session, "gated", {"n": 0}, priority=1)
-        await app.enqueue_many(session, "log", [{"n": i} for i in range(1, 21)])
+        await app.enqueue_tx(session, "gated", {"n": 0}, priority=1)
+        await app.enqueue_many_tx(session, "log", [{"n": i} for i in range(1, 21)])
         await session.commit()
     async with job_app(database) as one, job_app(database) as two:
         first = _drainer(one, shared=True, commit_mode=mode, batch_size=1)
@@ -302,7 +302,7 @@ async def test_an_idle_lane_does_not_count_a_job_another_lane_holds_as_due(
     # count, or the lane would claim again at once, over and over, until that job finished.
     await _enqueue(database, "log", 1)
     async with job_app(database) as app, database.session() as session:
-        await app.enqueue(session, "log", {"n": 1}, delay=30)
+        await app.enqueue_tx(session, "log", {"n": 1}, delay=30)
         await session.commit()
     holder = await pg.connect(database, "test-holder")
     lane = await pg.connect(database, "test-lane")

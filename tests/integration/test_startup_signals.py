@@ -40,7 +40,7 @@ async def test_sigterm_while_the_app_is_imported(
     database: Database, database_url: str, tmp_path: Path, command: str
 ) -> None:
     async with job_app(database) as app:
-        await app.enqueue(app.database, "noop", {})
+        await app.enqueue("noop", {})
     starting, go = tmp_path / "starting", tmp_path / "go"
     process = start_cli(
         "--app", "testapps.slowstart", command,

@@ -125,7 +125,7 @@ async def test_a_paused_task_records_skipped_paused_slots_from_scheduler_and_cro
     later = T0 + timedelta(hours=3)
     async with database.connect() as conn:
         assert (await backlog.overdue_by_task(conn, [task], later))["tick"] is None
-    report = await collect(app, database, now=later)
+    report = await collect(app.tasks, database, now=later)
     entry = next(t for t in report["tasks"] if t["task"] == "tick")
     assert entry["paused"]["paused_by"] == "alice" and entry["overdue"] is None
     metrics = render_metrics(await scrape(database, app.tasks.values(), now=later)).decode()
@@ -279,7 +279,7 @@ async def test_the_reindex_example_settles_into_completed_runs_with_3_parked_pos
         for n in range(10):
             result = await app.run("reindex-fts", now=T0 + n * every + timedelta(seconds=3))
             outcomes.append((result.status, result.items_failed, result.items_parked))
-        report = await collect(app, database, now=T0 + 9 * every + timedelta(seconds=10))
+        report = await collect(app.tasks, database, now=T0 + 9 * every + timedelta(seconds=10))
         parked = await app.tasks.parked("reindex-fts")
         # A new bad post raises a failure again.
         async with database.session() as session:

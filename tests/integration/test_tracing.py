@@ -60,9 +60,9 @@ async def test_a_trace_crosses_the_queue_from_the_request_to_each_attempt(
     request_tracer = provider.get_tracer("the web application")
     try:
         with request_tracer.start_as_current_span("POST /signup"):
-            ok = await app.enqueue(app.database, "hello", {"n": 1})
+            ok = await app.enqueue("hello", {"n": 1})
             async with database.session() as session:  # in the caller's transaction too
-                [bad] = await app.enqueue_many(session, "hello", [{"fail": True}])
+                [bad] = await app.enqueue_many_tx(session, "hello", [{"fail": True}])
                 await session.commit()
         first = await app.drain(max_seconds=30, commit_mode=commit_mode)
         assert first.stats["processed"] == 1 and first.stats["retried"] == 1
@@ -122,7 +122,7 @@ async def test_a_handler_s_cancel_or_snooze_is_its_attempt_s_outcome_not_an_erro
     app.use_database(str(database.url))
     instrument(app, tracer_provider=provider)
     try:
-        await app.enqueue_many(app.database, "directed", [{"cancel": True}, {"cancel": False}])
+        await app.enqueue_many("directed", [{"cancel": True}, {"cancel": False}])
         result = await app.drain(max_seconds=30, commit_mode=commit_mode)
     finally:
         await app.aclose()
@@ -175,7 +175,7 @@ def test_an_app_not_traced_writes_no_context_and_imports_no_opentelemetry(
         "    return None\n"
         f"app.use_database({database_url!r})\n"
         "async def main():\n"
-        "    await app.enqueue(app.database, 'hello', {})\n"
+        "    await app.enqueue('hello', {})\n"
         "    await app.drain()\n"
         "    await app.aclose()\n"
         "asyncio.run(main())\n"

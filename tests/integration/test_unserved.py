@@ -25,8 +25,8 @@ async def test_due_jobs_with_no_drainer_flag_the_queue(database: Database) -> No
     async with job_app(database) as app:
         # Due for five minutes, and no drainer: unserved. Due for a second: not yet.
         long_ago = datetime.now(UTC) - timedelta(minutes=5)
-        await app.enqueue(app.database, "noop", {}, run_at=long_ago)
-        await app.enqueue(app.database, "noop", {}, queue="fresh")
+        await app.enqueue("noop", {}, run_at=long_ago)
+        await app.enqueue("noop", {}, queue="fresh")
         report = await app.status()
         queues = {q["queue"]: q for q in report["queue"]["queues"]}
         assert queues["default"]["unserved"] and not queues["fresh"]["unserved"]
@@ -62,11 +62,11 @@ async def test_a_producer_enqueues_declared_types(
         producer.use_database(str(database.url))
         try:
             with pytest.raises(UnknownJobType, match="no handler registered for job type"):
-                await producer.enqueue(producer.database, "unheard_of", {})
-            answer = await producer.enqueue(producer.database, "echo", {"x": 1})
+                await producer.enqueue("unheard_of", {})
+            answer = await producer.enqueue("echo", {"x": 1})
             with caplog.at_level(logging.WARNING, logger="cronlock.queue"):
                 for _ in range(3):
-                    await producer.enqueue(producer.database, "elsewhere", {}, allow_unknown=True)
+                    await producer.enqueue("elsewhere", {}, allow_unknown=True)
             warnings = [
                 r for r in caplog.records if r.__dict__.get("action") == "enqueue_unknown_type"
             ]

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from cronlock import CommitMode, ConfigurationError
-from cronlock.bench import BenchOptions, bench_options, render
-from cronlock.bench.options import QUICK, parse_modes, parse_sections, parse_sizes
-from cronlock.bench.report import summarise
-from cronlock.bench.runner import plan
+from cronlock_bench import BenchOptions, bench_options, render
+from cronlock_bench.options import QUICK, parse_modes, parse_sections, parse_sizes
+from cronlock_bench.report import summarise
+from cronlock_bench.runner import plan
 
 ABOUT: dict[str, Any] = {
     "cronlock": "0.1.0",

@@ -18,10 +18,14 @@ import cronlock
 
 
 def test_all_is_sorted_and_complete() -> None:
-    public = sorted(name for name in vars(cronlock) if not name.startswith("_"))
+    public = sorted(name for name in dir(cronlock) if not name.startswith("_"))
     submodules = {name for name in public if type(getattr(cronlock, name)).__name__ == "module"}
     assert cronlock.__all__ == sorted(cronlock.__all__)
     assert sorted(set(public) - submodules - {"annotations"}) == cronlock.__all__
+    # Every public name is there once one is asked for (they are loaded together).
+    assert set(cronlock.__all__) <= set(vars(cronlock))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        cronlock.Nope  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_public_names_belong_to_cronlock() -> None:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..app import App
-from ..periodic import Run
-from ..sql import bench as bench_sql
+from cronlock.app import App
+from cronlock.periodic import Run
+
+from . import sql as bench_sql
 from .progress import Progress
 from .scratch import Scratch
 

@@ -8,7 +8,7 @@ import time
 import uuid
 from datetime import datetime
 
-from ..sql import bench as bench_sql
+from . import sql as bench_sql
 from .app import JOB_TYPE
 from .scratch import Scratch
 
@@ -22,7 +22,7 @@ Sent = tuple[uuid.UUID, float]
 
 async def enqueue_one(scratch: Scratch) -> Sent:
     before = time.time()
-    answer = await scratch.app.enqueue(scratch.database, JOB_TYPE, {}, queue=scratch.queue)
+    answer = await scratch.app.enqueue(JOB_TYPE, {}, queue=scratch.queue)
     return answer.id, before
 
 

@@ -12,8 +12,9 @@ import contextlib
 import time
 from typing import Any
 
-from ..queue.drainer import CommitMode, Drainer
-from ..sql import bench as bench_sql
+from cronlock.queue.drainer import CommitMode, Drainer
+
+from . import sql as bench_sql
 from .app import JOB_TYPE
 from .progress import Progress
 from .scratch import Scratch
@@ -30,7 +31,7 @@ async def measure_drain(
 ) -> dict[str, Any]:
     app = scratch.app
     async with scratch.database.engine.begin() as conn:
-        await app.enqueue_many(conn, JOB_TYPE, [{}] * n, queue=scratch.queue)
+        await app.enqueue_many_tx(conn, JOB_TYPE, [{}] * n, queue=scratch.queue)
     drainer = app.drainer(queue=scratch.queue, commit_mode=mode, batch_size=batch_size)
     watcher = asyncio.create_task(_show(drainer, n, progress))
     started = time.perf_counter()

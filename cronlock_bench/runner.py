@@ -20,9 +20,10 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from ..database import Database
-from ..queue.drainer import CommitMode
-from ..sql import bench as bench_sql
+from cronlock.database import Database
+from cronlock.queue.drainer import CommitMode
+
+from . import sql as bench_sql
 from .drain import measure_drain
 from .enqueue import measure_enqueue
 from .latency import measure_latency

@@ -1,6 +1,8 @@
 """``cronlock bench``'s statements: its scratch schema, its items table, and its readings.
 
 The bench works in a scratch schema of its own; nothing here runs outside ``cronlock bench``.
+This is the bench's one home for SQL, as ``cronlock/sql/`` is cronlock's (the same tests hold
+it to the same rules: ``test_sql_in_one_place``, ``test_boundary``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-from .tables import SCHEMA, jobs, workers
+from cronlock.sql.tables import SCHEMA, jobs, workers
 
 __all__ = [
     "BENCH_COMPLETED_AT",

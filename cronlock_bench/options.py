@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
-from ..errors import ConfigurationError
-from ..queue.drainer import CommitMode
+from cronlock.errors import ConfigurationError
+from cronlock.queue.drainer import CommitMode
 
 __all__ = [
     "QUICK",

@@ -3,7 +3,7 @@ from an empty queue without the previous one's dead rows."""
 
 from __future__ import annotations
 
-from ..sql import bench as bench_sql
+from . import sql as bench_sql
 from .scratch import Scratch
 
 __all__ = ["clear_jobs"]

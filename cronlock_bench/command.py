@@ -1,4 +1,4 @@
-"""``cronlock bench``: measure cronlock on this database (``cronlock.bench``)."""
+"""``cronlock bench``, the command: its options, and the run (``cronlock_bench``) it prints."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Any
 
 import click
 
-from ..queue.drainer import DEFAULT_BATCH_SIZE
-from . import render
-from .context import EXIT_FAILED, Options, exit_with, pass_options, run
+from cronlock.cli.context import EXIT_FAILED, Options, exit_with, pass_options, run
+from cronlock.queue.drainer import DEFAULT_BATCH_SIZE
+
+from . import BenchFailed, bench_options, render, run_bench
+from .options import parse_modes, parse_sections, parse_sizes
+from .progress import Bar, Lines
 
 __all__ = ["bench"]
 
@@ -91,9 +94,6 @@ def bench(
     The default run drains 100,000 jobs per commit mode (a few minutes);
     --quick takes about 15 s.
     """
-    from .. import bench as benchmark
-    from ..bench.progress import Bar, Lines
-
     given: dict[str, Any] = {
         name: value
         for name, value in {
@@ -108,22 +108,22 @@ def bench(
         if value is not None
     }
     if sizes is not None:
-        given["sizes"] = benchmark.options.parse_sizes(sizes)
+        given["sizes"] = parse_sizes(sizes)
     if modes is not None:
-        given["modes"] = benchmark.options.parse_modes(modes)
+        given["modes"] = parse_modes(modes)
     if only is not None:
-        given["sections"] = benchmark.options.parse_sections(only)
-    settings = benchmark.bench_options(quick=quick, **given)
+        given["sections"] = parse_sections(only)
+    settings = bench_options(quick=quick, **given)
     database = options.database()
     progress = Bar() if sys.stderr.isatty() and not as_json else Lines()
     try:
         url = database.url.render_as_string(hide_password=False)
-        report = run(lambda: benchmark.run_bench(url, settings, progress), database)
-    except benchmark.BenchFailed as exc:
-        click.echo(render.bench_failed(exc), err=True)
+        report = run(lambda: run_bench(url, settings, progress), database)
+    except BenchFailed as exc:
+        click.echo(f"cronlock bench: {exc}", err=True)
         exit_with(EXIT_FAILED)
     if as_json:
         click.echo(json.dumps(report))
     else:
-        for line in benchmark.render(report):
+        for line in render(report):
             click.echo(line)

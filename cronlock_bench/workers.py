@@ -1,7 +1,7 @@
 """Real ``cronlock worker`` processes on the scratch schema, for latency and recovery.
 
 Each is started as the command line (``python -m cronlock worker``) with the bench's app
-(``cronlock.bench.app``), the scratch schema and queue in its environment. Which one is active
+(``cronlock_bench.app``), the scratch schema and queue in its environment. Which one is active
 is read from the ``workers`` table their heartbeats write. Leaving the context kills every
 child still alive, whatever happened.
 """
@@ -17,12 +17,12 @@ import time
 from types import TracebackType
 from typing import IO
 
-from ..sql import bench as bench_sql
+from . import sql as bench_sql
 from .scratch import Scratch
 
 __all__ = ["WORKER_APP", "Workers"]
 
-WORKER_APP = "cronlock.bench.app"
+WORKER_APP = "cronlock_bench.app"
 START_TIMEOUT = 60.0
 POLL = 0.02
 

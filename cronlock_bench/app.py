@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..app import App
+from cronlock.app import App
 
 __all__ = ["JOB_TYPE", "app", "make_app"]
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import schema
-from ..app import App
-from ..database import Database
-from ..errors import DatabaseUnavailable
-from ..sql import bench as bench_sql
+from cronlock import schema
+from cronlock.app import App
+from cronlock.database import Database
+from cronlock.errors import DatabaseUnavailable
+
+from . import sql as bench_sql
 from .app import make_app
 
 __all__ = ["Scratch", "one_line", "scratch_schema"]

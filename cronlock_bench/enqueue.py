@@ -21,11 +21,11 @@ async def measure_enqueue(
     app, engine = scratch.app, scratch.database.engine
     started = time.perf_counter()
     async with engine.begin() as conn:
-        await app.enqueue_many(conn, JOB_TYPE, [{}] * bulk, queue=scratch.queue)
+        await app.enqueue_many_tx(conn, JOB_TYPE, [{}] * bulk, queue=scratch.queue)
     bulk_s = time.perf_counter() - started
     started = time.perf_counter()
     for _ in range(single):
-        await app.enqueue(scratch.database, JOB_TYPE, {}, queue=scratch.queue)
+        await app.enqueue(JOB_TYPE, {}, queue=scratch.queue)
     single_s = time.perf_counter() - started
     progress.note("clearing the queue")
     await clear_jobs(scratch)
