@@ -70,7 +70,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         ".queue",
         "drain",
         "Process due jobs until none is due or S seconds passed; skip if another (exclusive) "
-        "drainer is active.",
+        "drainer is active or the queue is paused (skipped: exit 0, or --skipped-exit-code).",
     ),
     "embedded": (
         ".embedded",
@@ -93,7 +93,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Periodic tasks: name, cron, timezone, lock key, next fire times (their zone and UTC); "
         "the job types: queue, retries, timeout, handled or only declared.",
     ),
-    "migrate": (".admin", "migrate", "Create or upgrade cronlock's schema (idempotent)."),
+    "migrate": (
+        ".admin",
+        "migrate",
+        "Create or upgrade cronlock's schema (idempotent), online: no migration blocks the queue "
+        "for more than --lock-timeout.",
+    ),
     "prune": (
         ".admin",
         "prune",
@@ -104,7 +109,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "queue": (
         ".operate",
         "queue_group",
-        "Queue control for every drainer on every host: list, pause, resume.",
+        "Queue control for every drainer on every host: list, pause, resume, delete.",
     ),
     "run": (
         ".runs",
