@@ -61,6 +61,7 @@ from .queue.jobs import (
     check_queue,
 )
 from .queue.liveness import DEFAULT_SWEEP_INTERVAL
+from .queue.threads import is_async
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
@@ -78,6 +79,7 @@ Seconds = float | timedelta
 
 P = ParamSpec("P")
 T = TypeVar("T")
+H = TypeVar("H", bound=JobHandler)
 
 
 def _schema_checked(
@@ -306,9 +308,11 @@ class App:
         queue: str = DEFAULT_QUEUE,
         max_lost_runs: int = Handler.max_lost_runs,
         concurrency_limit: int | None = None,
-    ) -> Callable[[JobHandler], JobHandler]:
+    ) -> Callable[[H], H]:
         """Register ``async def handler(session, payload)`` for ``job_type``.
 
+        A plain ``def handler(session, payload)`` runs in the drainer's thread pool with a sync
+        ``Session`` on the same transaction (``cronlock.queue.threads``).
         The handler runs in the job's transaction (``session``); what it returns, if JSON, is
         stored as the job's result. ``max_retries`` and ``queue`` are the defaults for jobs of
         this type; ``backoff`` spaces the retries; a run longer than ``timeout`` seconds is a
@@ -341,7 +345,9 @@ class App:
             )
         self._agree(job_type, queue, max_retries, concurrency_limit)
 
-        def register(func: JobHandler) -> JobHandler:
+        def register(func: H) -> H:
+            if not callable(func):
+                raise ConfigurationError(f"job type {job_type!r}: the handler must be callable")
             self._handlers[job_type] = Handler(
                 job_type=job_type,
                 func=func,
@@ -351,6 +357,7 @@ class App:
                 queue=queue,
                 max_lost_runs=max_lost_runs,
                 concurrency_limit=concurrency_limit,
+                threaded=not is_async(func),
             )
             return func
 
@@ -545,6 +552,7 @@ class App:
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
+        threads: int | None = None,
     ) -> Drainer:
         """A drainer of ``queue`` on this app's database, with this app's handlers.
 
@@ -557,8 +565,9 @@ class App:
         or ``lease`` (the claim commits and handlers run outside any transaction, for long
         jobs; ``batch_size`` claims at once, 1 by default; a lost worker's running jobs are
         looked for every ``sweep_interval`` seconds: ``cronlock.queue.leased``). ``clock``
-        and ``rng`` are for tests (the retry backoff's time and jitter). See
-        ``cronlock.queue.drainer``.
+        and ``rng`` are for tests (the retry backoff's time and jitter). ``threads`` is how
+        many plain ``def`` handlers run at once (in a thread pool; ``concurrency`` if not
+        given). See ``cronlock.queue.drainer``.
         """
         return Drainer(
             self.database,
@@ -575,6 +584,7 @@ class App:
             clock=clock,
             rng=rng,
             tracing=self.tracing,
+            threads=threads,
         )
 
     async def drain(
@@ -591,6 +601,7 @@ class App:
         keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
+        threads: int | None = None,
     ) -> DrainResult:
         """The built-in task ``drain``: process due jobs until none is due (or ``max_seconds``
         passed); skipped when another exclusive drainer is active. The options are
@@ -608,6 +619,7 @@ class App:
             keepalive=keepalive,
             clock=clock,
             rng=rng,
+            threads=threads,
         )
         return await drainer.drain(max_seconds=max_seconds)
 

@@ -99,6 +99,7 @@ class Drainer:
         clock: Callable[[], datetime] | None = None,
         rng: random.Random | None = None,
         tracing: Tracer | None = None,
+        threads: int | None = None,
     ) -> None:
         self.database = database
         self.handlers = handlers
@@ -110,8 +111,8 @@ class Drainer:
             self.batch_size = batch_size or 1  # long jobs are what the mode is for
         else:
             self.batch_size = batch_size or DEFAULT_BATCH_SIZE
-        if self.batch_size < 1 or concurrency < 1:
-            raise ValueError("batch_size and concurrency must be at least 1")
+        if self.batch_size < 1 or concurrency < 1 or (threads is not None and threads < 1):
+            raise ValueError("batch_size, concurrency and threads must be at least 1")
         self.concurrency = concurrency
         self.shared = shared  # many active drainers on the queue (shared.py), none standing by
         self.poll_interval = poll_interval
@@ -138,6 +139,7 @@ class Drainer:
             rng=rng,
             tracing=tracing,
             lease=self.commit_mode is CommitMode.LEASE,
+            threads=threads or concurrency,  # plain def handlers (threads.py)
         )
         self._completion = Completion(database.schema, self.queue)
 
@@ -314,6 +316,7 @@ class Drainer:
                 await leasing.close()
             if lanes is not None:
                 await lanes.close()
+            self._attempts.threads.close()
 
     def _lease_mode(self) -> LeaseMode | None:
         if self.commit_mode is not CommitMode.LEASE:
