@@ -269,6 +269,11 @@ class App:
             )
 
         def register(body: TaskBody) -> TaskBody:
+            if not is_async(body):  # a def body would run and fail on its first await
+                raise ConfigurationError(
+                    f"task {name!r}: the body must be an async def; for blocking work, "
+                    "enqueue a plain def job handler from it"
+                )
             self._tasks[name] = PeriodicTask(
                 name=name,
                 schedule=schedule,

@@ -337,3 +337,19 @@ def test_registration_tells_async_and_plain_handlers_apart() -> None:
     ]
     with pytest.raises(cronlock.ConfigurationError, match="must be callable"):
         app.job("nothing")(42)  # type: ignore[type-var]
+
+
+def test_a_plain_def_task_body_is_refused_in_one_line() -> None:
+    app = App()
+
+    def body(run: cronlock.Run) -> None:
+        return None
+
+    register = app.periodic("plain", cron="* * * * *")
+    with pytest.raises(cronlock.ConfigurationError) as refused:
+        register(body)  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "task 'plain': the body must be an async def; for blocking work, "
+        "enqueue a plain def job handler from it"
+    )
+    assert "plain" not in app.tasks
