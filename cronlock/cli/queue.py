@@ -175,6 +175,11 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 help="Jobs run at once, each on its own connection (for IO-bound handlers).",
             ),
             click.option(
+                "--threads",
+                type=click.IntRange(1, 256),
+                help="Plain def handlers run at once, in a thread pool (default: --concurrency).",
+            ),
+            click.option(
                 "--shared",
                 is_flag=True,
                 help="One of any number of active drainers of the queue, on any hosts "
@@ -301,6 +306,7 @@ def drain(
     commit_mode: str,
     batch_size: int | None,
     concurrency: int,
+    threads: int | None,
     shared: bool,
     grace_period: float,
 ) -> None:
@@ -315,6 +321,7 @@ def drain(
             commit_mode=commit_mode,
             batch_size=batch_size,
             concurrency=concurrency,
+            threads=threads,
             shared=shared,
         ),
         max_seconds=max_seconds,
@@ -360,6 +367,7 @@ def worker(
     commit_mode: str,
     batch_size: int | None,
     concurrency: int,
+    threads: int | None,
     shared: bool,
     grace_period: float,
     poll_interval: float,
@@ -389,6 +397,7 @@ def worker(
                 commit_mode=commit_mode,
                 batch_size=batch_size,
                 concurrency=concurrency,
+                threads=threads,
                 shared=shared,
                 poll_interval=poll_interval,
             )

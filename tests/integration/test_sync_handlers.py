@@ -10,6 +10,7 @@ operator's cancel cannot write anything after it.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -18,12 +19,14 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from cli import invoke
 from jobsupport import create_job_tables, job_rows
 from sqlalchemy import insert, select
 from sqlalchemy.exc import PendingRollbackError, ResourceClosedError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 from testapps.jobs import job_log
+from testdb import on_database
 from waiting import eventually
 
 import cronlock
@@ -353,3 +356,17 @@ def test_a_plain_def_task_body_is_refused_in_one_line() -> None:
         "enqueue a plain def job handler from it"
     )
     assert "plain" not in app.tasks
+
+
+def test_the_command_line_drains_def_handlers_with_its_threads_option(database_url: str) -> None:
+    on_database(database_url, create_job_tables)
+    app = ("--app", "testapps.jobs")
+    assert invoke(*app, "enqueue", "plain", "{}", database_url=database_url).returncode == 0
+    done = invoke(*app, "drain", "--threads", "1", "--json", database_url=database_url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["processed"] == 1
+    shown = invoke(*app, "jobs", "list", "--json", database_url=database_url)
+    [row] = json.loads(shown.stdout)["jobs"]
+    assert (row["job_type"], row["status"]) == ("plain", "completed")
+    refused = invoke(*app, "drain", "--threads", "0", database_url=database_url)
+    assert refused.returncode == 2 and "--threads" in refused.stderr
