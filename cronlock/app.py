@@ -222,7 +222,9 @@ class App:
         jitter: Seconds = 0,
         commit_every: int | None = None,
     ) -> Callable[[TaskBody], TaskBody]:
-        """Declare a periodic task; the decorated coroutine function receives a ``Run``.
+        """Declare a periodic task; the decorated coroutine function receives a ``Run``. A
+        plain ``def`` body runs in a thread of its own: ``run.sync_session`` and ``with
+        run.item(key) as session`` (a sync ``Session``) on the run's transaction.
 
         Scheduling (README "Scheduling"): an invocation up to ``grace`` late or ``early`` ahead
         belongs to that slot; ``misfire`` says what the scheduler does with slots that passed
@@ -269,11 +271,6 @@ class App:
             )
 
         def register(body: TaskBody) -> TaskBody:
-            if not is_async(body):  # a def body would run and fail on its first await
-                raise ConfigurationError(
-                    f"task {name!r}: the body must be an async def; for blocking work, "
-                    "enqueue a plain def job handler from it"
-                )
             self._tasks[name] = PeriodicTask(
                 name=name,
                 schedule=schedule,
@@ -284,6 +281,7 @@ class App:
                 description=(body.__doc__ or "").strip().splitlines()[0] if body.__doc__ else "",
                 policy=policy,
                 commit_every=commit_every,
+                threaded=not is_async(body),
             )
             self._lock_owners[(ns, key)] = name
             return body

@@ -38,14 +38,15 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from .. import sql
 from ..database import Database
@@ -59,6 +60,8 @@ from ..outcome import (
     SkipReason,
     error_line,
 )
+from ..pg import await_in_greenlet
+from ..queue.threads import Threads
 from . import backlog
 from .chunks import Chunks, LockLost
 from .guard import Guard
@@ -95,8 +98,14 @@ class Run:
         self._chunks = chunks  # a chunked run's commits (None: the run is one transaction)
         self._on_item = ITEM_EVENTS.get()  # a traced run's span hears of each item
 
+    @property
+    def sync_session(self) -> Session:
+        """The run's session for a plain ``def`` body (its thread: ``queue/threads.py``)."""
+        return self.session.sync_session
+
     def item(self, key: object = None) -> ItemBlock:
-        """Process one item inside its own SAVEPOINT: ``async with run.item(key) as session``.
+        """Process one item inside its own SAVEPOINT: ``async with run.item(key) as session``
+        (in a plain ``def`` body: ``with run.item(key) as session``, a sync ``Session``).
 
         An exception inside the block rolls back to the savepoint, is recorded against ``key``
         and does not propagate: the run goes on with the next item. If the savepoint itself
@@ -138,6 +147,19 @@ class ItemBlock:
         self._frame = await self._run._savepoints.begin()
         return self._run.session
 
+    # A plain def body's item, in its thread: the same steps, run on the loop (threads.py).
+    def __enter__(self) -> Session:
+        await_in_greenlet(self.__aenter__())
+        return self._run.session.sync_session
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        return await_in_greenlet(self.__aexit__(exc_type, exc, traceback))
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
@@ -172,6 +194,19 @@ class ItemBlock:
         if chunks is not None and frame.depth == 1 and chunks.due():
             await chunks.commit(run.items_ok, run.items_failed, run.failures)
         return recorded
+
+
+async def _body(task: PeriodicTask, run: Run) -> None:
+    """The task's body: an ``async def`` on the loop, a plain ``def`` in a thread of its own
+    (if the run is cancelled first, the thread's statements are refused: ``threads.py``)."""
+    if not task.threaded:
+        await cast(Callable[[Run], Awaitable[None]], task.body)(run)
+        return
+    threads = Threads(1)
+    try:
+        await threads.run(task.body, run)
+    finally:
+        threads.close()
 
 
 async def execute(
@@ -348,7 +383,7 @@ async def run_slot(
         error: str | None = None
         raised: Exception | None = None
         try:
-            await task.body(run)
+            await _body(task, run)
             if run.items_failed and not run.items_ok:
                 error = _every_item_failed(run)
             elif body_savepoint.is_active:
@@ -447,7 +482,7 @@ async def _chunked_body(
     error: str | None = None
     raised: BaseException | None = None
     try:
-        await task.body(run)
+        await _body(task, run)
         if chunks.broken is not None:
             raise chunks.broken  # the body caught a failed commit: the run cannot go on
         if run.items_failed and not run.items_ok:

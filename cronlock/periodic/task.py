@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Misfire", "PeriodicTask", "SlotPolicy", "TaskBody", "resolve_slot"]
 
-TaskBody = Callable[["Run"], Awaitable[None]]
+# A plain def body runs in a thread of its own, its session sync (queue/threads.py).
+TaskBody = Callable[["Run"], Awaitable[None]] | Callable[["Run"], None]
 
 
 class Misfire(enum.StrEnum):
@@ -62,6 +63,7 @@ class PeriodicTask:
     # Commit every this many top-level items (a chunked run, ``chunks.py``); None: the run is
     # one transaction.
     commit_every: int | None = None
+    threaded: bool = False  # a plain def body: run in a thread (run.py, queue/threads.py)
 
 
 def resolve_slot(

@@ -219,7 +219,7 @@ class Attempts:
         """The handler's run: an ``async def`` on the loop, a ``def`` in a thread."""
         if handler.threaded:
             sync = cast(JobSession, session.sync_session)
-            return self.threads.run(handler.func, sync, payload)
+            return self.threads.run(handler.func, sync, payload, session=sync)
         return cast(AsyncHandler, handler.func)(session, payload)
 
     def ended(

@@ -151,21 +151,24 @@ class Threads:
         self.size = size
         self._pool: ThreadPoolExecutor | None = None
 
-    async def run(self, func: Callable[[Any, Any], Any], session: Strandable, payload: Any) -> Any:
-        """``func(session, payload)`` in a thread; its value, or what it raised."""
+    async def run(
+        self, func: Callable[..., Any], *args: Any, session: Strandable | None = None
+    ) -> Any:
+        """``func(*args)`` in a thread; its value, or what it raised. ``session`` is marked
+        ``stranded`` if the caller stops waiting while the thread still runs."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.size, thread_name_prefix="cronlock-handler")
         loop = asyncio.get_running_loop()
         call = _Call(loop)
         context = contextvars.copy_context()
-        future = loop.run_in_executor(
-            self._pool, context.run, call.thread_main, func, session, payload
-        )
+        future = loop.run_in_executor(self._pool, context.run, call.thread_main, func, *args)
         try:
             return await future
         except BaseException:
             if not future.done() or future.cancelled():  # the attempt ends first
-                session.stranded = await call.abandon()
+                running = await call.abandon()
+                if session is not None:
+                    session.stranded = running
             raise
 
     def close(self) -> None:

@@ -342,20 +342,65 @@ def test_registration_tells_async_and_plain_handlers_apart() -> None:
         app.job("nothing")(42)  # type: ignore[type-var]
 
 
-def test_a_plain_def_task_body_is_refused_in_one_line() -> None:
-    app = App()
+@pytest.mark.parametrize("commit_every", [None, 2])
+async def test_a_plain_def_task_body_runs_its_items_in_savepoints(
+    database: Database, commit_every: int | None
+) -> None:
+    await create_job_tables(database)
+    app = _app(database)
 
+    @app.periodic("plain", cron="* * * * *", commit_every=commit_every)
     def body(run: cronlock.Run) -> None:
-        return None
+        _log(run.sync_session, f"body in {threading.current_thread().name}")
+        for n in range(4):
+            with run.item(n) as session:
+                _log(session, f"item:{n}")
+                if n == 2:
+                    raise ValueError("item 2 is bad")
 
-    register = app.periodic("plain", cron="* * * * *")
-    with pytest.raises(cronlock.ConfigurationError) as refused:
-        register(body)  # type: ignore[arg-type]
-    assert str(refused.value) == (
-        "task 'plain': the body must be an async def; for blocking work, "
-        "enqueue a plain def job handler from it"
-    )
-    assert "plain" not in app.tasks
+    @app.periodic("raises", cron="* * * * *")
+    def raises(run: cronlock.Run) -> None:
+        _log(run.sync_session, "raised")
+        raise RuntimeError("the body gave up")
+
+    try:
+        ran = await app.run("plain", manual=True)
+        assert (ran.status.value, ran.items_ok, ran.items_failed) == ("partial", 3, 1)
+        assert [f.message for f in ran.failures] == ["item 2 is bad"]
+        failed = await app.run("raises", manual=True)
+        assert failed.status.value == "failed" and failed.error == "RuntimeError: the body gave up"
+        # The item that failed rolled back to its savepoint; the body that raised, entirely.
+        logged = await _logged(database)
+        assert logged == ["body in cronlock-handler_0", "item:0", "item:1", "item:3"]
+    finally:
+        await app.aclose()
+
+
+async def test_a_blocked_def_task_body_leaves_the_loop_free(database: Database) -> None:
+    await create_job_tables(database)
+    app = _app(database)
+    started, release = threading.Event(), threading.Event()
+
+    @app.periodic("blocks", cron="* * * * *")
+    def body(run: cronlock.Run) -> None:
+        with run.item("one") as session:
+            _log(session, "blocked")
+            started.set()
+            assert release.wait(HELD)
+
+    try:
+        running = asyncio.create_task(app.run("blocks", manual=True))
+        try:
+            await eventually(lambda: asyncio.sleep(0, started.is_set()))
+            # The loop serves others while the body blocks in its thread.
+            job = await app.enqueue(app.database, "logs", {"n": 1})
+            assert await _status(database, job.id, "pending") and not running.done()
+        finally:
+            release.set()
+        assert (await running).status.value == "completed"
+        assert await _logged(database) == ["blocked"]
+    finally:
+        await app.aclose()
 
 
 def test_the_command_line_drains_def_handlers_with_its_threads_option(database_url: str) -> None:
