@@ -68,7 +68,10 @@ async def logs(session: AsyncSession, payload: Any) -> None:
     await session.execute(insert(job_log).values(job=f"async:{payload['n']}"))
 
 
-def _app(database: Database) -> App:
+@pytest.fixture
+async def app(database: Database) -> AsyncIterator[App]:
+    """An app of these handlers on the test database, with the scratch tables."""
+    await create_job_tables(database)
     app = App()
     app.use_database(str(database.url))
     app.job("writes")(writes)
@@ -76,7 +79,8 @@ def _app(database: Database) -> App:
     app.job("cancels")(cancels)
     app.job("snoozes")(snoozes)
     app.job("logs")(logs)
-    return app
+    yield app
+    await app.aclose()
 
 
 async def _logged(database: Database) -> list[str]:
@@ -103,40 +107,33 @@ async def working(
 
 @pytest.mark.parametrize("commit_mode", MODES)
 async def test_writes_commit_with_the_job_and_roll_back_with_its_failure(
-    database: Database, commit_mode: str
+    app: App, database: Database, commit_mode: str
 ) -> None:
-    await create_job_tables(database)
-    app = _app(database)
-    try:
-        done = await app.enqueue(app.database, "writes", {"n": 1})
-        failed = await app.enqueue(app.database, "writes_then_fails", {})
-        cancelled = await app.enqueue(app.database, "cancels", {})
-        snoozed = await app.enqueue(app.database, "snoozes", {})
-        result = await app.drain(commit_mode=commit_mode)
-        assert (result.stats["processed"], result.stats["failed"]) == (1, 1)
-        rows = {row["id"]: row for row in await job_rows(database)}
-        assert rows[done.id]["status"] == "completed"
-        assert rows[done.id]["result"]["attempt"] == 1
-        assert rows[done.id]["result"]["in_a_thread"].startswith("cronlock-handler")
-        assert rows[failed.id]["status"] == "failed"
-        assert rows[failed.id]["error_message"] == "ValueError: no good"
-        assert rows[cancelled.id]["status"] == "cancelled"
-        assert rows[cancelled.id]["error_message"] == "cancelled by its handler: not wanted"
-        assert (rows[snoozed.id]["status"], rows[snoozed.id]["retry_count"]) != ("completed", 0)
-        assert rows[snoozed.id]["completed_at"] is None and rows[snoozed.id]["retry_count"] == 0
-        assert rows[snoozed.id]["error_history"][0]["outcome"] == "snoozed"
-        # The outcomes' writes committed with them; the failure's rolled back.
-        assert await _logged(database) == ["cancelled", "ok:1", "snoozed"]
-    finally:
-        await app.aclose()
+    done = await app.enqueue(app.database, "writes", {"n": 1})
+    failed = await app.enqueue(app.database, "writes_then_fails", {})
+    cancelled = await app.enqueue(app.database, "cancels", {})
+    snoozed = await app.enqueue(app.database, "snoozes", {})
+    result = await app.drain(commit_mode=commit_mode)
+    assert (result.stats["processed"], result.stats["failed"]) == (1, 1)
+    rows = {row["id"]: row for row in await job_rows(database)}
+    assert rows[done.id]["status"] == "completed"
+    assert rows[done.id]["result"]["attempt"] == 1
+    assert rows[done.id]["result"]["in_a_thread"].startswith("cronlock-handler")
+    assert rows[failed.id]["status"] == "failed"
+    assert rows[failed.id]["error_message"] == "ValueError: no good"
+    assert rows[cancelled.id]["status"] == "cancelled"
+    assert rows[cancelled.id]["error_message"] == "cancelled by its handler: not wanted"
+    assert (rows[snoozed.id]["status"], rows[snoozed.id]["retry_count"]) != ("completed", 0)
+    assert rows[snoozed.id]["completed_at"] is None and rows[snoozed.id]["retry_count"] == 0
+    assert rows[snoozed.id]["error_history"][0]["outcome"] == "snoozed"
+    # The outcomes' writes committed with them; the failure's rolled back.
+    assert await _logged(database) == ["cancelled", "ok:1", "snoozed"]
 
 
 @pytest.mark.parametrize("commit_mode", MODES)
 async def test_a_blocked_def_handler_leaves_the_loop_free(
-    database: Database, commit_mode: str
+    app: App, database: Database, commit_mode: str
 ) -> None:
-    await create_job_tables(database)
-    app = _app(database)
     started, release = threading.Event(), threading.Event()
 
     def blocks(session: Session, payload: Any) -> None:
@@ -164,7 +161,6 @@ async def test_a_blocked_def_handler_leaves_the_loop_free(
         assert await _logged(database) == ["async:2", "blocked", "released"]
     finally:
         release.set()
-        await app.aclose()
 
 
 async def _status(database: Database, job_id: Any, status: str) -> bool:
@@ -189,10 +185,8 @@ async def _beaten_since(database: Database, drainer: Drainer, since: datetime) -
 
 @pytest.mark.parametrize("threads", [1, None])
 async def test_the_pool_size_bounds_how_many_def_handlers_run_at_once(
-    database: Database, threads: int | None
+    app: App, database: Database, threads: int | None
 ) -> None:
-    await create_job_tables(database)
-    app = _app(database)
     lock, release = threading.Lock(), threading.Event()
     running: list[int] = [0, 0]  # now, the most at once
 
@@ -221,15 +215,12 @@ async def test_the_pool_size_bounds_how_many_def_handlers_run_at_once(
         assert running == [0, expected]
     finally:
         release.set()
-        await app.aclose()
 
 
 @pytest.mark.parametrize("commit_mode", MODES)
 async def test_a_def_handler_past_its_timeout_fails_and_its_thread_writes_nothing(
-    database: Database, commit_mode: str
+    app: App, database: Database, commit_mode: str
 ) -> None:
-    await create_job_tables(database)
-    app = _app(database)
     started, release = threading.Event(), threading.Event()
     afterwards: list[BaseException | None] = []
 
@@ -267,15 +258,12 @@ async def test_a_def_handler_past_its_timeout_fails_and_its_thread_writes_nothin
         assert await _logged(database) == ["async:1"]
     finally:
         release.set()
-        await app.aclose()
 
 
 @pytest.mark.parametrize("commit_mode", MODES)
 async def test_an_operators_cancel_stops_a_def_handler_that_looks(
-    database: Database, commit_mode: str
+    app: App, database: Database, commit_mode: str
 ) -> None:
-    await create_job_tables(database)
-    app = _app(database)
     started = threading.Event()
     seen: list[bool] = []
     refused: list[Exception] = []
@@ -293,24 +281,21 @@ async def test_an_operators_cancel_stops_a_def_handler_that_looks(
         seen.append(cronlock.current_job().cancel_requested)
 
     app.job("polite")(polite)
-    try:
-        job = await app.enqueue(app.database, "polite", {})
-        async with working(app, commit_mode=commit_mode) as drainer:
-            await eventually(lambda: asyncio.sleep(0, started.is_set()))
-            change = await app.cancel_job(job.id)
-            assert change.status == cronlock.JobStatus.CANCELLED
-            await eventually(lambda: asyncio.sleep(0, seen == [True]))
-            assert len(refused) == 1 and _refused(refused[0])
-            assert drainer.stats.failed == 0
-        [row] = await job_rows(database, id=job.id)
-        assert (row["status"], row["retry_count"]) == ("cancelled", 0)
-        # The lane drops its connection (its thread still holds the session), so the cancel,
-        # waiting on the row, may find the job waiting again and cancel it outright before
-        # the lane records the cancelled attempt: cancelled either way, run once, no writes.
-        assert row["error_message"] in (None, _STOPPED)
-        assert await _logged(database) == []
-    finally:
-        await app.aclose()
+    job = await app.enqueue(app.database, "polite", {})
+    async with working(app, commit_mode=commit_mode) as drainer:
+        await eventually(lambda: asyncio.sleep(0, started.is_set()))
+        change = await app.cancel_job(job.id)
+        assert change.status == cronlock.JobStatus.CANCELLED
+        await eventually(lambda: asyncio.sleep(0, seen == [True]))
+        assert len(refused) == 1 and _refused(refused[0])
+        assert drainer.stats.failed == 0
+    [row] = await job_rows(database, id=job.id)
+    assert (row["status"], row["retry_count"]) == ("cancelled", 0)
+    # The lane drops its connection (its thread still holds the session), so the cancel,
+    # waiting on the row, may find the job waiting again and cancel it outright before
+    # the lane records the cancelled attempt: cancelled either way, run once, no writes.
+    assert row["error_message"] in (None, _STOPPED)
+    assert await _logged(database) == []
 
 
 def _refused(exc: BaseException | None) -> bool:
@@ -344,10 +329,8 @@ def test_registration_tells_async_and_plain_handlers_apart() -> None:
 
 @pytest.mark.parametrize("commit_every", [None, 2])
 async def test_a_plain_def_task_body_runs_its_items_in_savepoints(
-    database: Database, commit_every: int | None
+    app: App, database: Database, commit_every: int | None
 ) -> None:
-    await create_job_tables(database)
-    app = _app(database)
 
     @app.periodic("plain", cron="* * * * *", commit_every=commit_every)
     def body(run: cronlock.Run) -> None:
@@ -363,22 +346,17 @@ async def test_a_plain_def_task_body_runs_its_items_in_savepoints(
         _log(run.sync_session, "raised")
         raise RuntimeError("the body gave up")
 
-    try:
-        ran = await app.run("plain", manual=True)
-        assert (ran.status.value, ran.items_ok, ran.items_failed) == ("partial", 3, 1)
-        assert [f.message for f in ran.failures] == ["item 2 is bad"]
-        failed = await app.run("raises", manual=True)
-        assert failed.status.value == "failed" and failed.error == "RuntimeError: the body gave up"
-        # The item that failed rolled back to its savepoint; the body that raised, entirely.
-        logged = await _logged(database)
-        assert logged == ["body in cronlock-handler_0", "item:0", "item:1", "item:3"]
-    finally:
-        await app.aclose()
+    ran = await app.run("plain", manual=True)
+    assert (ran.status.value, ran.items_ok, ran.items_failed) == ("partial", 3, 1)
+    assert [f.message for f in ran.failures] == ["item 2 is bad"]
+    failed = await app.run("raises", manual=True)
+    assert failed.status.value == "failed" and failed.error == "RuntimeError: the body gave up"
+    # The item that failed rolled back to its savepoint; the body that raised, entirely.
+    logged = await _logged(database)
+    assert logged == ["body in cronlock-handler_0", "item:0", "item:1", "item:3"]
 
 
-async def test_a_blocked_def_task_body_leaves_the_loop_free(database: Database) -> None:
-    await create_job_tables(database)
-    app = _app(database)
+async def test_a_blocked_def_task_body_leaves_the_loop_free(app: App, database: Database) -> None:
     started, release = threading.Event(), threading.Event()
 
     @app.periodic("blocks", cron="* * * * *")
@@ -388,19 +366,16 @@ async def test_a_blocked_def_task_body_leaves_the_loop_free(database: Database) 
             started.set()
             assert release.wait(HELD)
 
+    running = asyncio.create_task(app.run("blocks", manual=True))
     try:
-        running = asyncio.create_task(app.run("blocks", manual=True))
-        try:
-            await eventually(lambda: asyncio.sleep(0, started.is_set()))
-            # The loop serves others while the body blocks in its thread.
-            job = await app.enqueue(app.database, "logs", {"n": 1})
-            assert await _status(database, job.id, "pending") and not running.done()
-        finally:
-            release.set()
-        assert (await running).status.value == "completed"
-        assert await _logged(database) == ["blocked"]
+        await eventually(lambda: asyncio.sleep(0, started.is_set()))
+        # The loop serves others while the body blocks in its thread.
+        job = await app.enqueue(app.database, "logs", {"n": 1})
+        assert await _status(database, job.id, "pending") and not running.done()
     finally:
-        await app.aclose()
+        release.set()
+    assert (await running).status.value == "completed"
+    assert await _logged(database) == ["blocked"]
 
 
 def test_the_command_line_drains_def_handlers_with_its_threads_option(database_url: str) -> None:
