@@ -13,7 +13,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -83,6 +83,15 @@ async def app(database: Database) -> AsyncIterator[App]:
     await app.aclose()
 
 
+@pytest.fixture
+def release(app: App) -> Iterator[threading.Event]:
+    """The gate a test's blocked handler waits on, opened at the end whatever happened (after
+    the app fixture, so before its teardown)."""
+    gate = threading.Event()
+    yield gate
+    gate.set()
+
+
 async def _logged(database: Database) -> list[str]:
     async with database.connect() as conn:
         return sorted(row[0] for row in await conn.execute(select(job_log.c.job)))
@@ -132,9 +141,9 @@ async def test_writes_commit_with_the_job_and_roll_back_with_its_failure(
 
 @pytest.mark.parametrize("commit_mode", MODES)
 async def test_a_blocked_def_handler_leaves_the_loop_free(
-    app: App, database: Database, commit_mode: str
+    app: App, database: Database, release: threading.Event, commit_mode: str
 ) -> None:
-    started, release = threading.Event(), threading.Event()
+    started = threading.Event()
 
     def blocks(session: Session, payload: Any) -> None:
         _log(session, "blocked")
@@ -143,24 +152,21 @@ async def test_a_blocked_def_handler_leaves_the_loop_free(
         _log(session, "released")
 
     app.job("blocks")(blocks)
-    try:
-        blocked = await app.enqueue(app.database, "blocks", {})
-        async with working(
-            app, release, commit_mode=commit_mode, batch_size=1, concurrency=2
-        ) as drainer:
-            await eventually(lambda: asyncio.sleep(0, started.is_set()))
-            beat = await _heartbeat(database, drainer)
-            # Another lane runs an async job to the end, and the drainer keeps beating,
-            # while the def handler is still blocked in its thread.
-            other = await app.enqueue(app.database, "logs", {"n": 2})
-            await eventually(lambda: _status(database, other.id, "completed"))
-            await eventually(lambda: _beaten_since(database, drainer, beat))
-            assert not await _status(database, blocked.id, "completed")
-            release.set()
-            await eventually(lambda: _status(database, blocked.id, "completed"))
-        assert await _logged(database) == ["async:2", "blocked", "released"]
-    finally:
+    blocked = await app.enqueue(app.database, "blocks", {})
+    async with working(
+        app, release, commit_mode=commit_mode, batch_size=1, concurrency=2
+    ) as drainer:
+        await eventually(lambda: asyncio.sleep(0, started.is_set()))
+        beat = await _heartbeat(database, drainer)
+        # Another lane runs an async job to the end, and the drainer keeps beating,
+        # while the def handler is still blocked in its thread.
+        other = await app.enqueue(app.database, "logs", {"n": 2})
+        await eventually(lambda: _status(database, other.id, "completed"))
+        await eventually(lambda: _beaten_since(database, drainer, beat))
+        assert not await _status(database, blocked.id, "completed")
         release.set()
+        await eventually(lambda: _status(database, blocked.id, "completed"))
+    assert await _logged(database) == ["async:2", "blocked", "released"]
 
 
 async def _status(database: Database, job_id: Any, status: str) -> bool:
@@ -185,9 +191,9 @@ async def _beaten_since(database: Database, drainer: Drainer, since: datetime) -
 
 @pytest.mark.parametrize("threads", [1, None])
 async def test_the_pool_size_bounds_how_many_def_handlers_run_at_once(
-    app: App, database: Database, threads: int | None
+    app: App, database: Database, release: threading.Event, threads: int | None
 ) -> None:
-    lock, release = threading.Lock(), threading.Event()
+    lock = threading.Lock()
     running: list[int] = [0, 0]  # now, the most at once
 
     def holds(session: Session, payload: Any) -> None:
@@ -201,27 +207,24 @@ async def test_the_pool_size_bounds_how_many_def_handlers_run_at_once(
                 running[0] -= 1
 
     app.job("holds")(holds)
-    try:
-        for n in range(3):
-            await app.enqueue(app.database, "holds", {"n": n})
-        async with working(app, release, concurrency=3, threads=threads) as drainer:
-            # Every lane has its job in an attempt; the pool lets `threads` of them run.
-            await eventually(lambda: asyncio.sleep(0, drainer.in_flight == 3))
-            expected = threads or 3
-            await eventually(lambda: asyncio.sleep(0, running[0] == expected))
-            assert running[1] == expected
-            release.set()
-            await eventually(lambda: asyncio.sleep(0, drainer.stats.processed == 3))
-        assert running == [0, expected]
-    finally:
+    for n in range(3):
+        await app.enqueue(app.database, "holds", {"n": n})
+    async with working(app, release, concurrency=3, threads=threads) as drainer:
+        # Every lane has its job in an attempt; the pool lets `threads` of them run.
+        await eventually(lambda: asyncio.sleep(0, drainer.in_flight == 3))
+        expected = threads or 3
+        await eventually(lambda: asyncio.sleep(0, running[0] == expected))
+        assert running[1] == expected
         release.set()
+        await eventually(lambda: asyncio.sleep(0, drainer.stats.processed == 3))
+    assert running == [0, expected]
 
 
 @pytest.mark.parametrize("commit_mode", MODES)
 async def test_a_def_handler_past_its_timeout_fails_and_its_thread_writes_nothing(
-    app: App, database: Database, commit_mode: str
+    app: App, database: Database, release: threading.Event, commit_mode: str
 ) -> None:
-    started, release = threading.Event(), threading.Event()
+    started = threading.Event()
     afterwards: list[BaseException | None] = []
 
     def stuck(session: Session, payload: Any) -> None:
@@ -237,27 +240,24 @@ async def test_a_def_handler_past_its_timeout_fails_and_its_thread_writes_nothin
             afterwards.append(None)
 
     app.job("stuck", max_retries=0, timeout=0.3, backoff=Backoff(jitter=0))(stuck)
-    try:
-        job = await app.enqueue(app.database, "stuck", {})
-        other = await app.enqueue(app.database, "logs", {"n": 1})
-        began = time.monotonic()
-        result = await app.drain(commit_mode=commit_mode)
-        # The attempt ended at its deadline, its thread still blocked: the lane went on.
-        assert started.is_set() and not afterwards and time.monotonic() - began < HELD / 2
-        assert (result.stats["failed"], result.stats["processed"]) == (1, 1)
-        [row] = await job_rows(database, id=job.id)
-        assert row["status"] == "failed"
-        assert row["error_message"] == (
-            "TimeoutError: the handler ran longer than its timeout of 0.3 s"
-        )
-        assert await _status(database, other.id, "completed")
-        release.set()
-        await eventually(lambda: asyncio.sleep(0, bool(afterwards)))
-        [refused] = afterwards
-        assert _refused(refused)
-        assert await _logged(database) == ["async:1"]
-    finally:
-        release.set()
+    job = await app.enqueue(app.database, "stuck", {})
+    other = await app.enqueue(app.database, "logs", {"n": 1})
+    began = time.monotonic()
+    result = await app.drain(commit_mode=commit_mode)
+    # The attempt ended at its deadline, its thread still blocked: the lane went on.
+    assert started.is_set() and not afterwards and time.monotonic() - began < HELD / 2
+    assert (result.stats["failed"], result.stats["processed"]) == (1, 1)
+    [row] = await job_rows(database, id=job.id)
+    assert row["status"] == "failed"
+    assert row["error_message"] == (
+        "TimeoutError: the handler ran longer than its timeout of 0.3 s"
+    )
+    assert await _status(database, other.id, "completed")
+    release.set()
+    await eventually(lambda: asyncio.sleep(0, bool(afterwards)))
+    [refused] = afterwards
+    assert _refused(refused)
+    assert await _logged(database) == ["async:1"]
 
 
 @pytest.mark.parametrize("commit_mode", MODES)
@@ -356,8 +356,10 @@ async def test_a_plain_def_task_body_runs_its_items_in_savepoints(
     assert logged == ["body in cronlock-handler_0", "item:0", "item:1", "item:3"]
 
 
-async def test_a_blocked_def_task_body_leaves_the_loop_free(app: App, database: Database) -> None:
-    started, release = threading.Event(), threading.Event()
+async def test_a_blocked_def_task_body_leaves_the_loop_free(
+    app: App, database: Database, release: threading.Event
+) -> None:
+    started = threading.Event()
 
     @app.periodic("blocks", cron="* * * * *")
     def body(run: cronlock.Run) -> None:
@@ -367,13 +369,11 @@ async def test_a_blocked_def_task_body_leaves_the_loop_free(app: App, database: 
             assert release.wait(HELD)
 
     running = asyncio.create_task(app.run("blocks", manual=True))
-    try:
-        await eventually(lambda: asyncio.sleep(0, started.is_set()))
-        # The loop serves others while the body blocks in its thread.
-        job = await app.enqueue(app.database, "logs", {"n": 1})
-        assert await _status(database, job.id, "pending") and not running.done()
-    finally:
-        release.set()
+    await eventually(lambda: asyncio.sleep(0, started.is_set()))
+    # The loop serves others while the body blocks in its thread.
+    job = await app.enqueue(app.database, "logs", {"n": 1})
+    assert await _status(database, job.id, "pending") and not running.done()
+    release.set()
     assert (await running).status.value == "completed"
     assert await _logged(database) == ["blocked"]
 
