@@ -25,6 +25,11 @@ so the lane throws its connection away (nothing of the job commits; in the batch
 batch's other jobs roll back and run again, no attempt consumed), records the failed or
 cancelled attempt on a fresh connection and goes on. The thread runs on until it returns,
 holding its pool slot until then, and the process waits for it at exit.
+
+A plain ``def`` task body runs the same way, in a pool of one thread per run
+(``periodic/run.py``): its ``with run.item(key)`` runs the item's async steps on the loop
+through the same bridge. A run cancelled under it (the scheduler stopping) refuses its
+thread's statements as above; the run's session is then closed on the loop.
 """
 
 from __future__ import annotations
