@@ -2,10 +2,12 @@
 
     python -m benchmarks.drain_ab SERVER_URL [--n 10000] [--runs 5] [--variant NAME=ROOT ...]
         [--case strict --case batch:50 --case batch:500 --case raw-strict --case raw-batch:50 ...]
+        [--case def-strict --case def-batch:50 ...]
 
 Each run is its own subprocess (``once``) with ``PYTHONPATH`` set to a variant's source tree
 (a directory holding a ``cronlock`` package, e.g. a symlink to a checkout's; ``raw-*`` cases run
-once, not per variant), in a fresh scratch database:
+once, not per variant), in a fresh scratch database (a ``def-`` case's no-op handler is a plain
+``def``, run in the drainer's thread pool):
 N no-op jobs are enqueued in bulk, then drained, and the rate is read from the database's
 timestamps (first ``started_at`` to last ``completed_at``), as the harness does. The runs go
 round-robin over cases and variants, ``--runs`` rounds, and each case's median and range is
@@ -76,10 +78,13 @@ def _print_costs(n: int, wall: float, client: float, server: float) -> None:
     )
 
 
-async def _once_cronlock(url: str, n: int, mode: str, batch: int | None, profile: str) -> float:
+async def _once_cronlock(
+    url: str, n: int, mode: str, batch: int | None, profile: str, *, plain: bool = False
+) -> float:
     from benchmarks.systems.cronlock_queue import CronlockQueue
 
-    system = CronlockQueue(url, {"commit_mode": mode, "batch_size": batch})
+    options: dict[str, Any] = {"commit_mode": mode, "batch_size": batch}
+    system = CronlockQueue(url, {**options, "plain": True} if plain else options)
     try:
         await system.install()
         await system.enqueue_bulk(n)
@@ -125,13 +130,14 @@ async def _once_raw(url: str, n: int, mode: str, batch: int | None) -> float:
 async def once(server: str, case: str, n: int, profile: str) -> float:
     from benchmarks.scratch import scratch_database
 
-    system, _, rest = case.partition("-") if case.startswith("raw-") else ("cronlock", "", case)
+    prefixed = case.startswith(("raw-", "def-"))
+    system, _, rest = case.partition("-") if prefixed else ("cronlock", "", case)
     mode, _, size = rest.partition(":")
     batch = int(size) if size else None
     async with scratch_database(server, "drain_ab") as url:
         if system == "raw":
             return await _once_raw(url, n, mode, batch)
-        return await _once_cronlock(url, n, mode, batch, profile)
+        return await _once_cronlock(url, n, mode, batch, profile, plain=system == "def")
 
 
 def _run(server: str, case: str, n: int, root: str) -> dict[str, float]:

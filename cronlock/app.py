@@ -56,6 +56,7 @@ from .queue.jobs import (
     check_queue,
 )
 from .queue.operate import JobFilter
+from .queue.threads import is_async
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
@@ -90,6 +91,7 @@ Seconds = float | timedelta
 
 P = ParamSpec("P")
 T = TypeVar("T")
+H = TypeVar("H", bound=JobHandler)
 
 
 def _schema_checked(
@@ -233,7 +235,9 @@ class App:
         commit_every: int | None = None,
         park_after: int | None = DEFAULT_PARK_AFTER,
     ) -> Callable[[TaskBody], TaskBody]:
-        """Declare a periodic task; the decorated coroutine function receives a ``Run``.
+        """Declare a periodic task; the decorated coroutine function receives a ``Run``. A
+        plain ``def`` body runs in a thread of its own: ``run.sync_session`` and ``with
+        run.item(key) as session`` (a sync ``Session``) on the run's transaction.
 
         Scheduling (README "Scheduling"): an invocation up to ``grace`` late or ``early`` ahead
         belongs to that slot; ``misfire`` says what the scheduler does with slots that passed
@@ -301,6 +305,7 @@ class App:
                 policy=policy,
                 commit_every=commit_every,
                 park_after=park_after,
+                threaded=not is_async(body),
             )
             self._lock_owners[(ns, key)] = name
             return body
@@ -328,9 +333,11 @@ class App:
         queue: str = DEFAULT_QUEUE,
         max_lost_runs: int = Handler.max_lost_runs,
         concurrency_limit: int | None = None,
-    ) -> Callable[[JobHandler], JobHandler]:
+    ) -> Callable[[H], H]:
         """Register ``async def handler(session, payload)`` for ``job_type``.
 
+        A plain ``def handler(session, payload)`` runs in the drainer's thread pool with a sync
+        ``Session`` on the same transaction (``cronlock.queue.threads``).
         The handler runs in the job's transaction (``session``); what it returns, if JSON, is
         stored as the job's result. ``max_retries`` and ``queue`` are the defaults for jobs of
         this type; ``backoff`` spaces the retries; a run longer than ``timeout`` seconds is a
@@ -363,7 +370,9 @@ class App:
             )
         self._agree(job_type, queue, max_retries, concurrency_limit)
 
-        def register(func: JobHandler) -> JobHandler:
+        def register(func: H) -> H:
+            if not callable(func):
+                raise ConfigurationError(f"job type {job_type!r}: the handler must be callable")
             self._handlers[job_type] = Handler(
                 job_type=job_type,
                 func=func,
@@ -373,6 +382,7 @@ class App:
                 queue=queue,
                 max_lost_runs=max_lost_runs,
                 concurrency_limit=concurrency_limit,
+                threaded=not is_async(func),
             )
             return func
 
@@ -585,8 +595,9 @@ class App:
         makes it one of any number of active drainers of the queue instead of its single
         active one (exclusive and shared drainers refuse to meet: ``DrainerConflict``); an
         idle drainer looks for due jobs every ``poll_interval`` seconds when no notification
-        wakes it; ``heartbeat_interval`` and ``keepalive`` are its liveness. ``clock`` and
-        ``rng`` are for tests (the retry backoff's time and jitter). See
+        wakes it; ``heartbeat_interval`` and ``keepalive`` are its liveness; ``threads`` is how many
+        plain ``def`` handlers run at once (in a thread pool; ``concurrency`` if not given).
+        ``clock`` and ``rng`` are for tests (the retry backoff's time and jitter). See
         ``cronlock.queue.drainer``.
         """
         return Drainer(self.database, self.handlers, options, tracing=self.tracing, **changes)

@@ -31,7 +31,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
-from sqlalchemy.util import greenlet_spawn
+from sqlalchemy.util import await_only, greenlet_spawn
 
 from .sql.savepoints import (
     ITEM_RELEASE,
@@ -57,6 +57,7 @@ __all__ = [
     "ServerError",
     "UrlOptions",
     "answer_within",
+    "await_in_greenlet",
     "connect",
     "connection_lost",
     "driver_of",
@@ -77,6 +78,13 @@ LockNotAvailable: type[Exception] = asyncpg.LockNotAvailableError
 T = TypeVar("T")
 
 _ASYNCPG = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
+
+
+def await_in_greenlet(awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result, from sync code in SQLAlchemy's greenlet: how a plain ``def``
+    task body's ``with run.item(...)`` runs its savepoint on the loop (queue/threads.py)."""
+    return await_only(awaitable)
+
 
 # The server's answers that mean the session is over: class 08 (connection exception) and the
 # shutdowns of class 57 (57P01 terminated by pg_terminate_backend or a fast shutdown, 57P02

@@ -54,7 +54,8 @@ def queue_available() -> bool:
 
 
 class CronlockQueue(QueueSystem):
-    """options: ``commit_mode`` (strict|batch), ``batch_size``, ``concurrency``."""
+    """options: ``commit_mode`` (strict|batch), ``batch_size``, ``concurrency``, ``plain``
+    (the no-op handler a plain ``def``, run in the drainer's thread pool)."""
 
     name = "cronlock"
 
@@ -68,7 +69,10 @@ class CronlockQueue(QueueSystem):
         async def noop(_session: object, _payload: object) -> None:
             return None
 
-        app.job(JOB_TYPE)(noop)
+        def plain_noop(_session: object, _payload: object) -> None:
+            return None
+
+        app.job(JOB_TYPE)(plain_noop if options.get("plain") else noop)
         self.app = app
 
         self.database: Database = self.app.use_database(url)

@@ -187,6 +187,11 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 help="Jobs run at once, each on its own connection (for IO-bound handlers).",
             ),
             click.option(
+                "--threads",
+                type=click.IntRange(1, 256),
+                help="Plain def handlers run at once, in a thread pool (default: --concurrency).",
+            ),
+            click.option(
                 "--shared",
                 is_flag=True,
                 help="One of any number of active drainers of the queue, on any hosts "
@@ -313,6 +318,7 @@ def drain(
     commit_mode: str,
     batch_size: int | None,
     concurrency: int,
+    threads: int | None,
     shared: bool,
     grace_period: float,
 ) -> None:
@@ -326,6 +332,7 @@ def drain(
         commit_mode=commit_mode,
         batch_size=batch_size,
         concurrency=concurrency,
+        threads=threads,
         shared=shared,
     )
     drain_queue(
@@ -380,6 +387,7 @@ def worker(
     commit_mode: str,
     batch_size: int | None,
     concurrency: int,
+    threads: int | None,
     shared: bool,
     grace_period: float,
     poll_interval: float,
@@ -413,6 +421,7 @@ def worker(
                 commit_mode=commit_mode,
                 batch_size=batch_size,
                 concurrency=concurrency,
+                threads=threads,
                 shared=shared,
                 poll_interval=poll_interval,
             )

@@ -45,10 +45,10 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -64,6 +64,7 @@ from ..outcome import (
     SkipReason,
     error_line,
 )
+from ..queue.threads import Threads
 from . import backlog
 from .chunks import Chunks, LockLost
 from .guard import Guard
@@ -75,6 +76,19 @@ __all__ = ["execute", "record_missed", "run_slot"]
 logger = logging.getLogger("cronlock.periodic")
 # A run's outcome (cronlock.logs: `cronlock run` prints it itself).
 runs_logger = logging.getLogger(RUNS_LOGGER)
+
+
+async def _body(task: PeriodicTask, run: Run) -> None:
+    """The task's body: an ``async def`` on the loop, a plain ``def`` in a thread of its own
+    (if the run is cancelled first, the thread's statements are refused: ``threads.py``)."""
+    if not task.threaded:
+        await cast(Callable[[Run], Awaitable[None]], task.body)(run)
+        return
+    threads = Threads(1)
+    try:
+        await threads.run(task.body, run)
+    finally:
+        threads.close()
 
 
 async def execute(
@@ -253,7 +267,7 @@ async def run_slot(
         error: str | None = None
         raised: Exception | None = None
         try:
-            await task.body(run)
+            await _body(task, run)
             if _every_new_item_failed(run):
                 error = _every_item_failed(run)
             elif body_savepoint.is_active:
@@ -356,7 +370,7 @@ async def _chunked_body(
     error: str | None = None
     raised: BaseException | None = None
     try:
-        await task.body(run)
+        await _body(task, run)
         if chunks.broken is not None:
             raise chunks.broken  # the body caught a failed commit: the run cannot go on
         if _every_new_item_failed(run):

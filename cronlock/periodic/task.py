@@ -25,11 +25,13 @@ from types import TracebackType
 from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from ..cron import CronSchedule
 from ..logs import RUNS_LOGGER
 from ..observe.tracehooks import ITEM_EVENTS
 from ..outcome import ItemFailure
+from ..pg import await_in_greenlet
 from .chunks import Chunks
 from .items import ItemFrame, ItemSavepoints
 from .poison import ItemMemory
@@ -51,7 +53,8 @@ runs_logger = logging.getLogger(RUNS_LOGGER)
 # A run's row keeps at most this many failures (items_failed still counts them all).
 MAX_RECORDED_FAILURES = 1000
 
-TaskBody = Callable[["Run"], Awaitable[None]]
+# A plain def body runs in a thread of its own, its session sync (queue/threads.py).
+TaskBody = Callable[["Run"], Awaitable[None]] | Callable[["Run"], None]
 
 K = TypeVar("K")
 
@@ -96,6 +99,7 @@ class PeriodicTask:
     commit_every: int | None = None
     # Consecutive failed runs of one item before it is parked (``poison.py``); None: never.
     park_after: int | None = DEFAULT_PARK_AFTER
+    threaded: bool = False  # a plain def body: run in a thread (run.py, queue/threads.py)
 
 
 def resolve_slot(
@@ -135,8 +139,14 @@ class Run:
         self._chunks = chunks  # a chunked run's commits (None: the run is one transaction)
         self._on_item = ITEM_EVENTS.get()  # a traced run's span hears of each item
 
+    @property
+    def sync_session(self) -> Session:
+        """The run's session for a plain ``def`` body (its thread: ``queue/threads.py``)."""
+        return self.session.sync_session
+
     def item(self, key: object = None) -> ItemBlock:
-        """Process one item inside its own SAVEPOINT: ``async with run.item(key) as session``.
+        """Process one item inside its own SAVEPOINT: ``async with run.item(key) as session``
+        (in a plain ``def`` body: ``with run.item(key) as session``, a sync ``Session``).
 
         An exception inside the block rolls back to the savepoint, is recorded against ``key``
         and does not propagate: the run goes on with the next item. If the savepoint itself
@@ -192,6 +202,19 @@ class ItemBlock:
     async def __aenter__(self) -> AsyncSession:
         self._frame = await self._run._savepoints.begin()
         return self._run.session
+
+    # A plain def body's item, in its thread: the same steps, run on the loop (threads.py).
+    def __enter__(self) -> Session:
+        await_in_greenlet(self.__aenter__())
+        return self._run.session.sync_session
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        return await_in_greenlet(self.__aexit__(exc_type, exc, traceback))
 
     async def __aexit__(
         self,

@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
@@ -43,7 +43,8 @@ from .complete import (
     snoozed,
 )
 from .handling import JobCancel, JobSnooze, reason_of, running
-from .jobs import Backoff, Handler, Job, to_json
+from .jobs import AsyncHandler, Backoff, Handler, Job, to_json
+from .threads import Threads
 
 __all__ = ["Attempts", "ConnectionLost", "JobSession", "LostLease", "SessionSlot"]
 
@@ -55,6 +56,7 @@ class JobSession(Session):
     its savepoint into the job's transaction): after that, a failure cannot roll back to it."""
 
     released = False
+    stranded = False  # a def handler's thread outran its attempt (threads.py)
 
     def commit(self) -> None:
         self.released = True
@@ -67,6 +69,7 @@ class LeaseSession(Session):
 
     released = False  # never: the completion commits it
     completing = False
+    stranded = False  # a def handler's thread outran its attempt (threads.py)
 
     def commit(self) -> None:
         if self.completing:
@@ -110,6 +113,7 @@ class Attempts:
         rng: random.Random | None = None,
         tracing: Tracer | None = None,
         lease: bool = False,
+        threads: int = 1,
     ) -> None:
         self.handlers = handlers
         self.queue = queue
@@ -120,6 +124,7 @@ class Attempts:
         # The attempts running now, for an operator's cancel (cancel.py).
         self.cancels = Cancels(queue)
         self.tracing = tracing  # cronlock.tracing's spans; the lanes then call run_traced
+        self.threads = Threads(threads)  # where plain def handlers run
 
     async def run(self, conn: AsyncConnection, slot: SessionSlot, job: Job) -> Attempt:
         """One attempt of ``job`` on ``conn`` (inside the lane's transaction)."""
@@ -156,10 +161,10 @@ class Attempts:
             try:
                 limit = handler.timeout if job.timeout is None else job.timeout
                 if limit is None:
-                    value = await handler.func(session, job.payload)
+                    value = await self._call(handler, session, job.payload)
                 else:
                     async with asyncio.timeout(limit):
-                        value = await handler.func(session, job.payload)
+                        value = await self._call(handler, session, job.payload)
             except BaseException as exc:
                 # An operator's cancel is the scope's own cancellation: any other (the
                 # drainer's abort) goes on.
@@ -183,6 +188,10 @@ class Attempts:
                     await session.commit()  # flush, RELEASE SAVEPOINT; the lane commits later
         except Exception as exc:
             error = _describe(exc, handler, job)
+            if cast(JobSession, session.sync_session).stranded:
+                # A def handler's thread runs on with the session: the loop leaves it alone
+                # and the lane throws the connection away, the transaction with it.
+                raise LostLease(self.ended(job, error, started, handler, scope)) from exc
             try:
                 if session.in_transaction():
                     await session.rollback()  # ROLLBACK TO SAVEPOINT: this job's writes only
@@ -206,6 +215,13 @@ class Attempts:
             finished = micros_now(self.clock)
             return self.directed(job, directed, started, finished)
         return Success(job, result)
+
+    def _call(self, handler: Handler, session: AsyncSession, payload: Any) -> Awaitable[Any]:
+        """The handler's run: an ``async def`` on the loop, a ``def`` in a thread."""
+        if handler.threaded:
+            sync = cast(JobSession, session.sync_session)
+            return self.threads.run(handler.func, sync, payload, session=sync)
+        return cast(AsyncHandler, handler.func)(session, payload)
 
     def ended(
         self, job: Job, error: str, started: int, handler: Handler | None, scope: Scope

@@ -121,6 +121,7 @@ class Drainer:
             rng=self.rng,
             tracing=tracing,
             lease=self.commit_mode is CommitMode.LEASE,
+            threads=options.threads or options.concurrency,  # plain def handlers (threads.py)
         )
         self._completion = Completion(database.schema, self.queue)
 
@@ -298,6 +299,7 @@ class Drainer:
                 await leasing.close()
             if lanes is not None:
                 await lanes.close()
+            self._attempts.threads.close()
 
     def _lease_mode(self) -> LeaseMode | None:
         if self.commit_mode is not CommitMode.LEASE:

@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any, Protocol, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from ..errors import InvalidJobOption, InvalidPayload, UnknownJobType
 from ..sql.tables import DEFAULT_QUEUE
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_DELAY",
     "MAX_NAME_LENGTH",
     "MAX_RETRIES_LIMIT",
+    "AsyncHandler",
     "Backoff",
     "Enqueued",
     "Handler",
@@ -53,7 +55,10 @@ __all__ = [
     "to_payload",
 ]
 
-JobHandler: TypeAlias = Callable[[AsyncSession, Any], Awaitable[Any]]
+AsyncHandler: TypeAlias = Callable[[AsyncSession, Any], Awaitable[Any]]
+# A plain def handler gets the sync Session on the same transaction (queue/threads.py).
+SyncHandler: TypeAlias = Callable[[Session, Any], Any]
+JobHandler: TypeAlias = AsyncHandler | SyncHandler
 
 MAX_RETRIES_LIMIT = 100
 # The most jobs of one concurrency key that may run at once (a CHECK on jobs too): the claim
@@ -109,6 +114,7 @@ class Handler:
     max_lost_runs: int = 3
     # Jobs of this type with a concurrency key: at most this many with one key run at once.
     concurrency_limit: int | None = None
+    threaded: bool = False  # a plain def: run in the drainer's thread pool (threads.py)
 
 
 class JobDefaults(Protocol):

@@ -51,6 +51,7 @@ class DrainOptions:
     commit_mode: CommitMode | str = CommitMode.STRICT
     batch_size: int | None = None
     concurrency: int = 1
+    threads: int | None = None  # plain def handlers' pool (threads.py); None: concurrency
     shared: bool = False
     poll_interval: float = DEFAULT_POLL_INTERVAL
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
@@ -62,8 +63,12 @@ class DrainOptions:
     def __post_init__(self) -> None:
         check_queue(self.queue)
         object.__setattr__(self, "commit_mode", CommitMode(self.commit_mode))
-        if (self.batch_size is not None and self.batch_size < 1) or self.concurrency < 1:
-            raise ValueError("batch_size and concurrency must be at least 1")
+        if (
+            (self.batch_size is not None and self.batch_size < 1)
+            or self.concurrency < 1
+            or (self.threads is not None and self.threads < 1)
+        ):
+            raise ValueError("batch_size, concurrency and threads must be at least 1")
 
     @property
     def mode(self) -> CommitMode:

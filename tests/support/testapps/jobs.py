@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, Table, Text, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 import cronlock
 
@@ -166,6 +167,12 @@ async def snoozy(session: AsyncSession, payload: Any) -> Any:
     return {"runs": ran, "attempt": cronlock.current_job().attempt}
 
 
+def plain(session: Session, payload: Any) -> dict[str, Any]:
+    """A plain def handler: in the drainer's thread pool, on the job's transaction."""
+    session.execute(insert(job_log).values(job="plain"))
+    return {"attempt": cronlock.current_job().attempt}
+
+
 def create_app(attempts: dict[str, int] | None = None) -> cronlock.App:
     """A new App with these handlers (each test builds its own). The flaky handler counts its
     attempts per payload key in ``attempts``, for the test that gave it to read."""
@@ -196,6 +203,7 @@ def create_app(attempts: dict[str, int] | None = None) -> cronlock.App:
     app.job("knows", max_retries=2, backoff=cronlock.Backoff(jitter=0))(knows)
     app.job("gives_up", max_retries=5)(gives_up)
     app.job("snoozy", max_retries=0)(snoozy)
+    app.job("plain")(plain)
     return app
 
 
