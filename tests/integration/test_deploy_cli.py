@@ -78,7 +78,10 @@ def test_check_and_sql_together_is_a_usage_error(database_url: str) -> None:
 
 
 def test_wait_idle_on_an_idle_queue_exits_0(database_url: str) -> None:
-    result = invoke("queue", "pause", "deploy", "--wait-idle", database_url=database_url)
+    # Nothing names the queue yet: --create, or queue pause refuses it as a typo.
+    result = invoke(
+        "queue", "pause", "deploy", "--create", "--wait-idle", database_url=database_url
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "queue deploy: idle (no job of it runs)"
 
