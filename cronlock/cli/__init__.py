@@ -19,7 +19,6 @@ import sys
 from typing import Any
 
 import click
-from click.utils import make_default_short_help
 
 from .. import logs
 from ..errors import CronlockError
@@ -175,7 +174,9 @@ class CronlockGroup(click.Group):
         """click's listing, from the summaries: it imports no command."""
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
         rows = [
-            (name, make_default_short_help(summary, limit))
+            # click's own shortening, through its public API (click.utils's helper is
+            # deprecated in click 8.5).
+            (name, click.Command(name, help=summary).get_short_help_str(limit))
             for name, (_, _, summary) in sorted(COMMANDS.items())
         ]
         with formatter.section("Commands"):
