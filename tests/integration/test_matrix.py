@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 from waiting import Gate, ended_within, eventually
 
 from cronlock import (
@@ -203,6 +204,16 @@ def _install(lab: Lab) -> None:
     @app.job("untimed", max_retries=0)
     async def untimed(_session: AsyncSession, _payload: Any) -> None:
         await lab.never.wait()
+
+    # Plain def handlers: a sync Session on the job's own transaction, in the drainer's threads.
+    @app.job("plain_writes")
+    def plain_writes(session: Session, payload: Any) -> Any:
+        session.execute(
+            text("INSERT INTO matrix_log VALUES (:job, :run)"), {"job": payload["key"], "run": "1"}
+        )
+        if payload.get("fail"):
+            raise RuntimeError("failed after its write")
+        return {"wrote": payload["key"]}
 
     @app.job("results")
     async def results(_session: AsyncSession, payload: Any) -> Any:
@@ -619,6 +630,17 @@ async def stopped_after_lost_runs(lab: Lab) -> None:
     ), row["error_message"]
 
 
+async def plain_def_handler(lab: Lab) -> None:
+    # Its write commits with its job and rolls back with its failure, as an async handler's.
+    kept = await lab.enqueue("plain_writes", {"key": "kept"})
+    lost = await lab.enqueue("plain_writes", {"key": "lost", "fail": True}, max_retries=0)
+    stats = (await lab.drain()).stats
+    assert (stats["processed"], stats["failed"]) == (1, 1), stats
+    assert (await lab.row(kept))["result"] == {"wrote": "kept"}
+    assert await lab.status(lost) == "failed"
+    assert await lab.log() == [("kept", "1")]
+
+
 async def unknown_job_type(lab: Lab) -> None:
     with pytest.raises(UnknownJobType, match="ghost"):
         await lab.enqueue("ghost", {})
@@ -667,6 +689,7 @@ SCENARIOS: dict[str, Scenario] = {
     "tracing spans": tracing_spans,
     "a lost worker: its job runs again, not charged; its late completion is fenced": (lost_worker),
     "a job that keeps losing its worker is stopped": stopped_after_lost_runs,
+    "a plain def handler: its writes commit with its job": plain_def_handler,
     "an unknown job type": unknown_job_type,
     "results: Decimal and dates": results_round_trip,
 }

@@ -106,6 +106,7 @@ MATRIX: Final[Mapping[str, Mapping[Cell, Expectation]]] = {
     "tracing spans": every(),
     "a lost worker: its job runs again, not charged; its late completion is fenced": every(),
     "a job that keeps losing its worker is stopped": every(),
+    "a plain def handler: its writes commit with its job": every(),
     "an unknown job type": every(),
     "results: Decimal and dates": every(),
 }
