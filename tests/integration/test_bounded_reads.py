@@ -19,7 +19,8 @@ from cronlock.pg import AsyncpgStatement
 
 HISTORY = (
     "INSERT INTO cronlock.jobs (job_type, payload, status, completed_at, error_message, "
-    "error_history) SELECT 'noop', '{}', s, CASE WHEN s <> 'pending' THEN now() END, "
+    "error_history) SELECT 'noop', '{}', s, "
+    "CASE WHEN s <> 'pending' THEN now() - i * interval '1 s' END, "
     "CASE WHEN s = 'failed' THEN 'boom ' || i END, CASE WHEN s = 'failed' THEN "
     "jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - i * interval '1 s', "
     "'error', 'boom')) ELSE '[]' END "
