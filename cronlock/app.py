@@ -12,11 +12,11 @@ import functools
 import logging
 import re
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, Concatenate, ParamSpec, TypedDict, TypeVar, Unpack
+from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -42,7 +42,7 @@ from .pg import ServerError
 from .queue import cancel, control, operate
 from .queue.cancel import DEFAULT_CANCEL_WAIT
 from .queue.drainer import Drainer, DrainOptions
-from .queue.enqueue import enqueue_many
+from .queue.enqueue import EnqueueOptions, enqueue_many
 from .queue.jobs import (
     MAX_RETRIES_LIMIT,
     Backoff,
@@ -56,6 +56,8 @@ from .queue.jobs import (
     check_queue,
 )
 from .queue.operate import JobFilter
+from .queue.sync import SyncClient, SyncEnqueue
+from .queue.sync import enqueue_many as enqueue_many_sync
 from .queue.threads import is_async
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
@@ -67,20 +69,6 @@ logger = logging.getLogger("cronlock.queue")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 # The built-in tasks: `cronlock run drain`, `cronlock run prune`.
 RESERVED_NAMES = frozenset({"drain", PRUNE_TASK})
-
-
-class EnqueueOptions(TypedDict, total=False):
-    """The options every enqueue takes beside its payloads and keys (``App.enqueue``,
-    ``enqueue_tx``, ``enqueue_many``, ``enqueue_many_tx``; ``enqueue`` says what each does)."""
-
-    max_retries: int | None
-    delay: float | timedelta | None
-    run_at: datetime | None
-    priority: int
-    queue: str | None
-    concurrency_limit: int | None
-    timeout: float | None  # the job's own (seconds), beside its type's
-    allow_unknown: bool
 
 
 # What the operator verbs act on when given no filter: every job (each verb narrowed to the
@@ -551,23 +539,56 @@ class App:
         concurrency_keys: Sequence[str | None] | None,
         options: EnqueueOptions,
     ) -> list[Enqueued]:
-        known = self.knows(job_type)
-        schema = self._schema_of_jobs()
-        tracing = self.tracing
-        # A traced app's enqueue is a span, whose context the jobs carry; else no context.
-        span = nullcontext(None) if tracing is None else tracing.enqueue(job_type, len(payloads))
-        with span as trace_context:
-            answers = await enqueue_many(
+        with self._enqueue_span(job_type, len(payloads)) as trace_context:
+            return await enqueue_many(
                 into,
                 self.job_types,
                 job_type,
                 payloads,
-                schema=schema,
+                schema=self._schema_of_jobs(),
                 trace_context=trace_context,
                 dedup_keys=dedup_keys,
                 concurrency_keys=concurrency_keys,
                 **options,
             )
+
+    @property
+    def sync(self) -> SyncEnqueue:
+        """Enqueueing from sync code in the caller's transaction: ``enqueue_tx`` and
+        ``enqueue_many_tx`` on a psycopg 3 or psycopg2 connection, Django's connection, or a
+        sync SQLAlchemy ``Session`` or ``Connection`` (``cronlock.queue.sync``)."""
+        return SyncEnqueue(self._enqueue_sync)
+
+    def _enqueue_sync(
+        self, client: SyncClient, job_type: str, payloads: Sequence[Any], **options: Any
+    ) -> list[Enqueued]:
+        schema_name = self._schema_of_jobs()
+        with self._enqueue_span(job_type, len(payloads)) as trace_context:
+            try:
+                return enqueue_many_sync(
+                    client,
+                    self.job_types,
+                    job_type,
+                    payloads,
+                    schema=schema_name,
+                    trace_context=trace_context,
+                    **options,
+                )
+            except Exception as exc:
+                line = schema.schema_missing(self._database, schema_name, exc)
+                if line is None:
+                    raise
+                raise DatabaseUnavailable(line) from None
+
+    @contextmanager
+    def _enqueue_span(self, job_type: str, count: int) -> Iterator[str | None]:
+        """A traced app's enqueue is a span, whose context the jobs carry (else None); a
+        type this app does not know is warned of once."""
+        known = self.knows(job_type)
+        tracing = self.tracing
+        span = nullcontext(None) if tracing is None else tracing.enqueue(job_type, count)
+        with span as trace_context:
+            yield trace_context
         if not known and job_type not in self._warned_unknown:
             self._warned_unknown.add(job_type)  # once per type: not a line per job
             logger.warning(
@@ -577,7 +598,6 @@ class App:
                 job_type,
                 extra={"action": "enqueue_unknown_type", "job_type": job_type},
             )
-        return answers
 
     def _schema_of_jobs(self) -> str:
         return self._database.schema if self._database is not None else self.schema

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
@@ -53,6 +54,7 @@ __all__ = [
     "DriverConnection",
     "DriverTransaction",
     "LockNotAvailable",
+    "PyformatStatement",
     "QuickConnections",
     "ServerError",
     "UrlOptions",
@@ -78,6 +80,8 @@ LockNotAvailable: type[Exception] = asyncpg.LockNotAvailableError
 T = TypeVar("T")
 
 _ASYNCPG = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
+# The %(name)s parameter style, which psycopg 3 and psycopg2 both take (PyformatStatement).
+_PYFORMAT = PGDialect_psycopg(paramstyle="pyformat")  # type: ignore[no-untyped-call]
 
 
 def await_in_greenlet(awaitable: Awaitable[T]) -> T:
@@ -247,6 +251,33 @@ def _defaults(compiled: SQLCompiler, names: tuple[str, ...]) -> dict[str, Any] |
         if not bind.required:
             defaults[name] = bind.value
     return defaults
+
+
+@dataclass(frozen=True)
+class PyformatStatement:
+    """A Core statement compiled for a sync DB-API driver (psycopg 3, psycopg2, Django's
+    cursor on either): SQL text in the ``%(name)s`` style, compiled once per schema from the
+    same Core statement, and its parameters by name (``queue/sync.py``)."""
+
+    sql: str
+    compiled: SQLCompiler
+
+    @classmethod
+    def of(cls, statement: ClauseElement, schema: str) -> PyformatStatement:
+        return _compile_pyformat(statement, schema)
+
+    def params(self, **params: Any) -> dict[str, Any]:
+        """``params`` with the statement's own bound constants."""
+        return dict(self.compiled.construct_params(params) or {})
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_pyformat(statement: ClauseElement, schema: str) -> PyformatStatement:
+    compiled = statement.compile(
+        dialect=_PYFORMAT, schema_translate_map={SCHEMA: schema}, render_schema_translate=True
+    )
+    assert isinstance(compiled, SQLCompiler)
+    return PyformatStatement(str(compiled), compiled)
 
 
 @dataclass(frozen=True)

@@ -267,9 +267,15 @@ def is_schema_missing(exc: BaseException) -> bool:
 
 
 def sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a driver error, wrapped by SQLAlchemy or not."""
+    """The SQLSTATE of a driver error (asyncpg, psycopg 3, psycopg2), wrapped by SQLAlchemy or
+    Django or not."""
     original = getattr(exc, "orig", None) or exc
-    found = getattr(original, "sqlstate", None) or getattr(original.__cause__, "sqlstate", None)
+    found = (
+        getattr(original, "sqlstate", None)
+        or getattr(original, "pgcode", None)  # psycopg2
+        or getattr(original.__cause__, "sqlstate", None)
+        or getattr(original.__cause__, "pgcode", None)
+    )
     return found if isinstance(found, str) else None
 
 

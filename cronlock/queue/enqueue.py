@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict, Unpack
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql import ClauseElement, Executable
@@ -38,7 +38,7 @@ from .jobs import (
     to_payload,
 )
 
-__all__ = ["enqueue_many"]
+__all__ = ["Batch", "EnqueueOptions", "NewJobs", "Plan", "enqueue_many", "insert_plan", "prepare"]
 
 
 async def enqueue_many(
@@ -48,17 +48,8 @@ async def enqueue_many(
     payloads: Sequence[Any],
     *,
     schema: str = SCHEMA,
-    allow_unknown: bool = False,
-    max_retries: int | None = None,
-    delay: float | timedelta | None = None,
-    run_at: datetime | None = None,
-    priority: int = 0,
-    queue: str | None = None,
-    dedup_keys: Sequence[str | None] | None = None,
-    concurrency_keys: Sequence[str | None] | None = None,
-    concurrency_limit: int | None = None,
-    timeout: float | None = None,  # noqa: ASYNC109 (the job's, not this call's)
     trace_context: str | None = None,
+    **options: Unpack[NewJobs],
 ) -> list[Enqueued]:
     """Enqueue one job per payload; nothing is written on bad input.
 
@@ -69,6 +60,75 @@ async def enqueue_many(
     (or rolls back) as with any of its own writes. Given a ``Database`` instead, the jobs are
     committed on their own before this returns (``_on_own_connection``), in its schema.
     """
+    batch = prepare(handlers, job_type, payloads, trace_context, **options)
+    if batch is None:
+        return []
+    if isinstance(executor, Database):
+        return await _on_own_connection(executor, batch)
+    # The caller's engine may not translate cronlock's schema: say which one at execution.
+    translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
+
+    async def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+        result = await executor.execute(statement, params, execution_options=translate)
+        rows: Sequence[Sequence[Any]] = result.all()
+        return rows
+
+    return await _insert(run, batch)
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options every enqueue takes beside its payloads and keys (``App.enqueue``,
+    ``enqueue_tx``, ``enqueue_many``, ``enqueue_many_tx`` and ``app.sync``'s; ``enqueue``
+    says what each does)."""
+
+    max_retries: int | None
+    delay: float | timedelta | None
+    run_at: datetime | None
+    priority: int
+    queue: str | None
+    concurrency_limit: int | None
+    timeout: float | None  # the job's own (seconds), beside its type's
+    allow_unknown: bool
+
+
+class NewJobs(EnqueueOptions, total=False):
+    """What an enqueue says of its jobs beside their type and payloads (``prepare``)."""
+
+    dedup_keys: Sequence[str | None] | None
+    concurrency_keys: Sequence[str | None] | None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Checked jobs ready to write: their payloads as JSON text, what differs per job (one
+    entry per job) and the parameters they share."""
+
+    texts: list[str]
+    dedup_keys: list[str | None]
+    concurrency_keys: list[str | None]
+    concurrency_limits: list[int | None]
+    common: dict[str, Any]
+
+
+def prepare(
+    handlers: Mapping[str, JobDefaults],
+    job_type: str,
+    payloads: Sequence[Any],
+    trace_context: str | None = None,
+    *,
+    allow_unknown: bool = False,
+    max_retries: int | None = None,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    priority: int = 0,
+    queue: str | None = None,
+    dedup_keys: Sequence[str | None] | None = None,
+    concurrency_keys: Sequence[str | None] | None = None,
+    concurrency_limit: int | None = None,
+    timeout: float | None = None,
+) -> Batch | None:
+    """Every check an enqueue makes, on every client, before anything is written: the jobs
+    to write, or None for no payloads. Raises a ``JobError`` naming what is wrong."""
     handler = handler_for(handlers, job_type, allow_unknown=allow_unknown)
     options = job_options(
         handler,
@@ -85,7 +145,7 @@ async def enqueue_many(
     keys = check_dedup_keys(dedup_keys, len(texts))
     limited, limits = check_concurrency(handler, concurrency_keys, concurrency_limit, len(texts))
     if not texts:
-        return []
+        return None
     common = {
         "job_type": job_type,
         "queue": options.queue,
@@ -95,38 +155,22 @@ async def enqueue_many(
         "max_retries": options.max_retries,
         "timeout": check_timeout(timeout),
     }
-    per_job = _PerJob(keys, limited, limits)
     if trace_context is not None:
         common["trace_context"] = trace_context
-    if isinstance(executor, Database):
-        return await _on_own_connection(executor, texts, per_job, common)
-    # The caller's engine may not translate cronlock's schema: say which one at execution.
-    translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
-
-    async def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
-        result = await executor.execute(statement, params, execution_options=translate)
-        rows: Sequence[Sequence[Any]] = result.all()
-        return rows
-
-    return await _insert(run, texts, per_job, common)
+    return Batch(texts, keys, limited, limits, common)
 
 
-@dataclass(frozen=True)
-class _PerJob:
-    """What differs from one new job to the next besides its payload (one entry per job)."""
-
-    dedup_keys: list[str | None]
-    concurrency_keys: list[str | None]
-    concurrency_limits: list[int | None]
+# What an insert plan asks its runner: a statement and its parameters; the runner sends back
+# the rows (the plan is the same for asyncpg, SQLAlchemy's sessions and the sync clients).
+Step: TypeAlias = tuple[Executable, dict[str, Any]]
+Plan: TypeAlias = Generator[Step, Sequence[Sequence[Any]], list[Enqueued]]
 
 
-_Run: TypeAlias = Callable[[Executable, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
-
-
-async def _insert(
-    run: _Run, texts: list[str], per_job: _PerJob, common: dict[str, Any]
-) -> list[Enqueued]:
-    keys = per_job.dedup_keys
+def insert_plan(batch: Batch) -> Plan:
+    """The statements that write ``batch``: one INSERT, and for dedup keys already held, a
+    look-up of the jobs that hold them."""
+    keys = batch.dedup_keys
+    texts = batch.texts
     answers: list[Enqueued | None] = [None] * len(texts)
     todo = list(range(len(texts)))
     # A waiting job that held a key can finish between the insert and the look-up, freeing
@@ -134,15 +178,16 @@ async def _insert(
     for _ in range(5):
         ids = {i: uuid.uuid4() for i in todo}
         params = {
-            **common,
+            **batch.common,
             "ids": list(ids.values()),
             "payloads": [texts[i] for i in todo],
             "dedup_keys": [keys[i] for i in todo],
-            "concurrency_keys": [per_job.concurrency_keys[i] for i in todo],
-            "concurrency_limits": [per_job.concurrency_limits[i] for i in todo],
+            "concurrency_keys": [batch.concurrency_keys[i] for i in todo],
+            "concurrency_limits": [batch.concurrency_limits[i] for i in todo],
         }
-        many = sql.JOB_INSERT_MANY_TRACED if "trace_context" in common else sql.JOB_INSERT_MANY
-        inserted = {row[0] for row in await run(many, params)}
+        traced = "trace_context" in batch.common
+        many = sql.JOB_INSERT_MANY_TRACED if traced else sql.JOB_INSERT_MANY
+        inserted = {_job_id(row[0]) for row in (yield many, params)}
         for i, job_id in ids.items():
             if job_id in inserted:
                 answers[i] = Enqueued(job_id)
@@ -150,8 +195,8 @@ async def _insert(
         if not todo:
             break
         taken = sorted({k for k in (keys[i] for i in todo) if k is not None})
-        rows = await run(sql.JOB_BY_DEDUP_KEY, {"dedup_keys": taken})
-        existing = {key: uuid.UUID(bytes=job_id.bytes) for key, job_id in rows}
+        rows = yield sql.JOB_BY_DEDUP_KEY, {"dedup_keys": taken}
+        existing = {key: uuid.UUID(str(job_id)) for key, job_id in rows}
         for i in todo:
             key = keys[i]
             if key is not None and key in existing:
@@ -164,15 +209,33 @@ async def _insert(
     return [answer for answer in answers if answer is not None]
 
 
+def _job_id(value: Any) -> Any:
+    """A returned id as the plan compares it: asyncpg's and psycopg's are UUIDs (asyncpg's
+    compare equal to uuid.UUID), psycopg2 without its UUID adapter gives text."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
+_Run: TypeAlias = Callable[[Executable, dict[str, Any]], Awaitable[Sequence[Sequence[Any]]]]
+
+
+async def _insert(run: _Run, batch: Batch) -> list[Enqueued]:
+    plan = insert_plan(batch)
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(await run(*step))
+    except StopIteration as done:
+        answers: list[Enqueued] = done.value
+        return answers
+
+
 @functools.cache
 def _compiled(statement: Executable, schema: str) -> AsyncpgStatement:
     assert isinstance(statement, ClauseElement)
     return AsyncpgStatement.of(statement, schema)
 
 
-async def _on_own_connection(
-    database: Database, texts: list[str], per_job: _PerJob, common: dict[str, Any]
-) -> list[Enqueued]:
+async def _on_own_connection(database: Database, batch: Batch) -> list[Enqueued]:
     """Enqueue on a connection of ``database`` and commit: the fast path for one job.
 
     It skips SQLAlchemy's execution machinery (the statements are compiled once per schema
@@ -183,7 +246,9 @@ async def _on_own_connection(
     explicit transaction; behind PgBouncer (transaction mode) every enqueue does, since only
     a transaction keeps asyncpg's prepare and execute on one server connection.
     """
-    keys = per_job.dedup_keys
+    keys = batch.dedup_keys
+    texts = batch.texts
+    common = batch.common
     alone = not database.pgbouncer and all(key is None for key in keys)
     quick = database.quick
     driver, pooled = await quick.acquire()
@@ -195,8 +260,8 @@ async def _on_own_connection(
             args = insert.args(
                 id=job_id,
                 payload=texts[0],
-                concurrency_key=per_job.concurrency_keys[0],
-                concurrency_limit=per_job.concurrency_limits[0],
+                concurrency_key=batch.concurrency_keys[0],
+                concurrency_limit=batch.concurrency_limits[0],
                 **common,
             )
             if alone:
@@ -212,10 +277,10 @@ async def _on_own_connection(
                 return await driver.fetch(compiled.sql, *compiled.args(**params))
 
             if alone:
-                answers = await _insert(run, texts, per_job, common)
+                answers = await _insert(run, batch)
             else:
                 async with driver.transaction():
-                    answers = await _insert(run, texts, per_job, common)
+                    answers = await _insert(run, batch)
     except BaseException:
         # Cancelled or cut mid-statement, the connection's state is unknown: thrown away.
         await quick.release(driver, pooled, broken=True)

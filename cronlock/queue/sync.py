@@ -1,0 +1,180 @@
+"""Enqueueing from sync code, in the caller's own transaction.
+
+A sync app (Django, Flask, a script on sync SQLAlchemy or psycopg) enqueues on the connection
+it already writes with, so the jobs commit or roll back with its own work, exactly as
+``App.enqueue_tx`` does for an asyncio app. The checks are ``enqueue.prepare``'s and the
+statements ``enqueue.insert_plan``'s, the same for every client; only how a statement is sent
+differs (``runner_for``):
+
+- a SQLAlchemy ``Session`` or ``Connection`` (psycopg 3 or psycopg2 driver) executes the Core
+  statement itself, in the session's transaction;
+- a DB-API connection — psycopg 3's ``Connection``, psycopg2's ``connection``, or Django's
+  connection (``django.db.connection``, the one ``transaction.atomic()`` wraps) — is sent the
+  statement compiled once per schema with the ``%(name)s`` parameter style both drivers take.
+
+Nothing here commits: outside a transaction (psycopg in autocommit, Django outside
+``atomic()``) each statement commits on its own, as that client's own writes do.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias, Unpack
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import Session
+from sqlalchemy.sql import ClauseElement, Executable
+
+from ..errors import InvalidJobOption
+from ..pg import PyformatStatement
+from ..sql.tables import SCHEMA
+from .enqueue import EnqueueOptions, NewJobs, insert_plan, prepare
+from .jobs import Enqueued, JobDefaults
+
+__all__ = ["SyncClient", "SyncEnqueue", "enqueue_many", "runner_for"]
+
+# psycopg.Connection, psycopg2's connection, Django's connection, or SQLAlchemy's sync
+# Session or Connection: told apart at the call (runner_for), none of them imported here.
+SyncClient: TypeAlias = Any
+SyncRun: TypeAlias = Callable[[Executable, dict[str, Any]], Sequence[Sequence[Any]]]
+
+
+def enqueue_many(
+    client: SyncClient,
+    handlers: Mapping[str, JobDefaults],
+    job_type: str,
+    payloads: Sequence[Any],
+    *,
+    schema: str = SCHEMA,
+    trace_context: str | None = None,
+    **options: Unpack[NewJobs],
+) -> list[Enqueued]:
+    """Enqueue one job per payload on ``client``, in its transaction; nothing is written on
+    bad input (the checks of ``enqueue.prepare``, before the first statement)."""
+    run = runner_for(client, schema)
+    batch = prepare(handlers, job_type, payloads, trace_context, **options)
+    if batch is None:
+        return []
+    plan = insert_plan(batch)
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(run(*step))
+    except StopIteration as done:
+        answers: list[Enqueued] = done.value
+        return answers
+
+
+def runner_for(client: SyncClient, schema: str) -> SyncRun:
+    """How a statement is sent on ``client``; an ``InvalidJobOption`` in one line for a
+    client that is none of the kinds above."""
+    if isinstance(client, AsyncSession | AsyncConnection):
+        raise InvalidJobOption(
+            f"{type(client).__name__} is async: use `await app.enqueue_tx(...)`, "
+            "app.sync is for sync clients"
+        )
+    if isinstance(client, Session | Connection):
+        translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
+
+        def run_core(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+            rows: Sequence[Sequence[Any]] = client.execute(
+                statement, params, execution_options=translate
+            ).all()
+            return rows
+
+        return run_core
+    module = type(client).__module__
+    if module.startswith("django.db.backends."):
+        vendor = getattr(client, "vendor", None)
+        if vendor != "postgresql":
+            raise InvalidJobOption(
+                f"Django's {client.alias!r} database is {vendor}: cronlock needs PostgreSQL"
+            )
+        return _run_dbapi(client.cursor, schema)
+    if module.split(".")[0] in ("psycopg", "psycopg2") and callable(
+        getattr(client, "cursor", None)
+    ):
+        return _run_dbapi(client.cursor, schema)
+    raise InvalidJobOption(
+        f"cannot enqueue on a {module}.{type(client).__qualname__}: give a psycopg or "
+        "psycopg2 connection, Django's connection, or a sync SQLAlchemy Session or Connection"
+    )
+
+
+def _run_dbapi(cursor: Callable[[], Any], schema: str) -> SyncRun:
+    def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+        assert isinstance(statement, ClauseElement)
+        compiled = PyformatStatement.of(statement, schema)
+        values = {name: _plain(value) for name, value in compiled.params(**params).items()}
+        with cursor() as cur:
+            cur.execute(compiled.sql, values)
+            if cur.description is None:
+                return []
+            rows: list[Sequence[Any]] = cur.fetchall()
+        return rows
+
+    return run
+
+
+def _plain(value: Any) -> Any:
+    """UUIDs as text, which the statements cast (``::UUID``): psycopg2 adapts no UUID of its
+    own, and both drivers send text."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, list) and value and isinstance(value[0], uuid.UUID):
+        return [str(v) for v in value]
+    return value
+
+
+class SyncEnqueue:
+    """``app.sync``: an app's enqueue for sync code, in the caller's transaction (see the
+    module docstring). The same options, checks and errors as ``App.enqueue_tx``."""
+
+    def __init__(self, enqueue: Callable[..., list[Enqueued]]) -> None:
+        self._enqueue = enqueue
+
+    def enqueue_tx(
+        self,
+        client: SyncClient,
+        job_type: str,
+        payload: Any = None,
+        *,
+        dedup_key: str | None = None,
+        concurrency_key: str | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> Enqueued:
+        """Add a job on ``client`` (psycopg 3 or psycopg2 connection, Django's connection, a
+        sync SQLAlchemy ``Session`` or ``Connection``): it commits or rolls back with the
+        caller's own work; the caller commits. The options are ``App.enqueue``'s."""
+        [answer] = self._enqueue(
+            client,
+            job_type,
+            [payload],
+            dedup_keys=None if dedup_key is None else [dedup_key],
+            concurrency_keys=None if concurrency_key is None else [concurrency_key],
+            **options,
+        )
+        return answer
+
+    def enqueue_many_tx(
+        self,
+        client: SyncClient,
+        job_type: str,
+        payloads: Sequence[Any],
+        *,
+        dedup_keys: Sequence[str | None] | None = None,
+        concurrency_keys: Sequence[str | None] | None = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> list[Enqueued]:
+        """One job per payload on ``client`` with one statement, in its transaction;
+        ``dedup_keys`` and ``concurrency_keys`` give one key (or None) per payload."""
+        return self._enqueue(
+            client,
+            job_type,
+            payloads,
+            dedup_keys=dedup_keys,
+            concurrency_keys=concurrency_keys,
+            **options,
+        )
