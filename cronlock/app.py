@@ -8,6 +8,7 @@ namespace share an advisory lock key.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -29,12 +30,13 @@ from .errors import (
     DatabaseUnavailable,
     DuplicateName,
     InvalidCron,
+    JobFailed,
     LockKeyCollision,
 )
 from .locks import lock_key, namespace_key
 from .observe.status import collect as collect_status
 from .observe.tracehooks import Tracer
-from .outcome import DrainResult, RunResult
+from .outcome import DrainResult, JobStatus, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
 from .periodic.control import Tasks
 from .periodic.task import DEFAULT_PARK_AFTER
@@ -56,9 +58,10 @@ from .queue.jobs import (
     check_queue,
 )
 from .queue.operate import JobFilter
-from .queue.sync import SyncClient, SyncEnqueue
+from .queue.sync import SyncApi, SyncClient
 from .queue.sync import enqueue_many as enqueue_many_sync
 from .queue.threads import is_async
+from .queue.waits import Waits
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
@@ -202,6 +205,7 @@ class App:
         self._handlers: dict[str, Handler] = {}
         self._declared: dict[str, JobType] = {}
         self._warned_unknown: set[str] = set()
+        self._waits: Waits | None = None  # app.wait's LISTEN, made on the first wait
         # OpenTelemetry spans, once cronlock.tracing.instrument(self) ran (the 'otel' extra).
         self.tracing: Tracer | None = None
 
@@ -553,11 +557,11 @@ class App:
             )
 
     @property
-    def sync(self) -> SyncEnqueue:
+    def sync(self) -> SyncApi:
         """Enqueueing from sync code in the caller's transaction: ``enqueue_tx`` and
         ``enqueue_many_tx`` on a psycopg 3 or psycopg2 connection, Django's connection, or a
         sync SQLAlchemy ``Session`` or ``Connection`` (``cronlock.queue.sync``)."""
-        return SyncEnqueue(self._enqueue_sync)
+        return SyncApi(self._enqueue_sync, self._wait_sync)
 
     def _enqueue_sync(
         self, client: SyncClient, job_type: str, payloads: Sequence[Any], **options: Any
@@ -579,6 +583,31 @@ class App:
                 if line is None:
                     raise
                 raise DatabaseUnavailable(line) from None
+
+    def _wait_sync(self, job_id: uuid.UUID | str, timeout: float | None) -> Any:
+        """``wait`` from sync code: on a Database of its own, in an event loop of its own (the
+        app's pool belongs to the loop it was made in)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise ConfigurationError("app.sync.wait called in a running event loop: await app.wait")
+        database = self.database
+
+        async def waited() -> Any:
+            own = Database(database.url, schema=database.schema, pgbouncer=database.pgbouncer)
+            waits = Waits(own)
+            try:
+                info = await waits.wait(operate.job_id_of(job_id), timeout)
+            finally:
+                await waits.close()
+                await own.dispose()
+            if info.status is not JobStatus.COMPLETED:
+                raise JobFailed(info)
+            return info.result
+
+        return asyncio.run(waited())
 
     @contextmanager
     def _enqueue_span(self, job_type: str, count: int) -> Iterator[str | None]:
@@ -636,6 +665,31 @@ class App:
         the command line."""
         await schema.ensure_ready(self.database)
         return await self.drainer(options, **changes).drain(max_seconds=max_seconds)
+
+    # -- results -------------------------------------------------------------------------
+
+    @_schema_checked
+    async def wait(self, job_id: uuid.UUID | str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """The job's result as soon as it completes: woken by the completion's notification
+        (``cronlock.queue.waits``), not a polling loop. A job that ended ``failed`` or
+        ``cancelled`` raises ``JobFailed`` (its row as ``.job``: status, error, attempts);
+        no such job (or a deleted one) ``JobNotFound``; still running after ``timeout``
+        seconds, ``TimeoutError``. A job that has already ended answers at once."""
+        info = await self.wait_for_end(job_id, timeout=timeout)
+        if info.status is not JobStatus.COMPLETED:
+            raise JobFailed(info)
+        return info.result
+
+    async def wait_for_end(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> operate.JobInfo:
+        """``wait``, answering the job's row however it ended instead of raising."""
+        if self._waits is None or self._waits.database is not self.database:
+            self._waits = Waits(self.database)
+        return await self._waits.wait(operate.job_id_of(job_id), timeout)
 
     # -- database ------------------------------------------------------------------------
 
@@ -812,5 +866,8 @@ class App:
         return await prune(self.database, self.retention, dry_run=dry_run, now=now)
 
     async def aclose(self) -> None:
+        if self._waits is not None:
+            await self._waits.close()
+            self._waits = None
         if self._database is not None:
             await self._database.dispose()

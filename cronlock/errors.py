@@ -16,12 +16,16 @@ Outcomes are not exceptions: a skipped run, a failed item or a retried job is a 
     │   ├── UnknownJobType         no handler registered for that job type
     │   ├── InvalidPayload         a payload that is not JSON
     │   └── InvalidJobOption       a negative delay, absurd max_retries, a bad queue name…
+    ├── JobFailed                 ``app.wait`` of a job that ended failed or cancelled (its ``job``)
+    ├── JobNotFound               no such job: never enqueued, or deleted (a LookupError)
     └── NoCurrentJob              ``current_job()`` called outside a job's handler (a LookupError)
 
 The docstring of each class is its default message.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "AppNotFound",
@@ -34,6 +38,8 @@ __all__ = [
     "InvalidJobOption",
     "InvalidPayload",
     "JobError",
+    "JobFailed",
+    "JobNotFound",
     "LockKeyCollision",
     "NoCurrentJob",
     "UnknownJobType",
@@ -97,6 +103,23 @@ class InvalidPayload(JobError):
 
 class InvalidJobOption(JobError):
     """An option of the job is out of range."""
+
+
+class JobFailed(CronlockError):
+    """The awaited job did not complete: it failed for good or was cancelled."""
+
+    # ``job``: its row as it ended (a ``cronlock.JobInfo``): status, error, attempts.
+    def __init__(self, job: Any = None) -> None:
+        self.job = job
+        if job is None:
+            super().__init__()
+            return
+        error = job.error_message
+        super().__init__(f"job {job.id} {job.status}" + (f": {error}" if error else ""))
+
+
+class JobNotFound(CronlockError, LookupError):
+    """No such job: it was never enqueued, or it was deleted."""
 
 
 class NoCurrentJob(CronlockError, LookupError):

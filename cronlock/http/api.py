@@ -24,6 +24,7 @@ from ..errors import (
     CronlockError,
     DatabaseUnavailable,
     InvalidJobOption,
+    JobNotFound,
     UnknownTask,
 )
 from ..outcome import JobStatus, RunResult
@@ -243,6 +244,8 @@ TaskName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
 
 # The longest an HTTP cancel waits for a running job to stop (a client's request timeout).
 MAX_CANCEL_WAIT = 60.0
+# The longest GET /jobs/{id}?wait= holds a request (a long-poll: the client asks again).
+MAX_WAIT = 60.0
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -514,7 +517,25 @@ def create_router(
     @router.get(
         "/jobs/{job_id}", response_model=JobView, **guarded("reads", 404, 422), summary="A job"
     )
-    async def get_job(job_id: Annotated[uuid.UUID, Path()]) -> JobView:
+    async def get_job(
+        job_id: Annotated[uuid.UUID, Path()],
+        wait: Annotated[
+            float | None,
+            Query(
+                ge=0,
+                le=MAX_WAIT,
+                description="Seconds to wait for the job to end (long-poll): the answer comes "
+                "as soon as it completes, fails or is cancelled, or after that long as it is.",
+            ),
+        ] = None,
+    ) -> JobView:
+        if wait:
+            try:
+                await app.wait_for_end(job_id, timeout=wait)
+            except TimeoutError:
+                pass  # answered as it is now: the client reads its status
+            except JobNotFound:
+                raise HTTPException(404, f"no job {job_id}") from None
         async with app.database.connect() as conn:
             row = (await conn.execute(sql.JOB_GET, {"id": job_id})).mappings().first()
         if row is None:

@@ -33,7 +33,7 @@ from ..sql.tables import SCHEMA
 from .enqueue import EnqueueOptions, NewJobs, insert_plan, prepare
 from .jobs import Enqueued, JobDefaults
 
-__all__ = ["SyncClient", "SyncEnqueue", "enqueue_many", "runner_for"]
+__all__ = ["SyncApi", "SyncClient", "enqueue_many", "runner_for"]
 
 # psycopg.Connection, psycopg2's connection, Django's connection, or SQLAlchemy's sync
 # Session or Connection: told apart at the call (runner_for), none of them imported here.
@@ -128,12 +128,23 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class SyncEnqueue:
-    """``app.sync``: an app's enqueue for sync code, in the caller's transaction (see the
-    module docstring). The same options, checks and errors as ``App.enqueue_tx``."""
+class SyncApi:
+    """``app.sync``: an app's calls for sync code. Its enqueue is in the caller's transaction
+    (see the module docstring), with the options, checks and errors of ``App.enqueue_tx``;
+    its ``wait`` is ``App.wait``'s twin."""
 
-    def __init__(self, enqueue: Callable[..., list[Enqueued]]) -> None:
+    def __init__(
+        self,
+        enqueue: Callable[..., list[Enqueued]],
+        wait: Callable[[uuid.UUID | str, float | None], Any],
+    ) -> None:
         self._enqueue = enqueue
+        self._wait = wait
+
+    def wait(self, job_id: uuid.UUID | str, *, timeout: float | None = None) -> Any:
+        """``App.wait`` from sync code (not in a running event loop): the job's result as soon
+        as it completes; ``JobFailed``, ``JobNotFound`` or ``TimeoutError`` as ``wait``'s."""
+        return self._wait(job_id, timeout)
 
     def enqueue_tx(
         self,

@@ -63,6 +63,7 @@ __all__ = [
     "JOB_DELETE",
     "JOB_FINISH_MANY",
     "JOB_GET",
+    "JOB_GET_COLUMNS",
     "JOB_INSERT_MANY",
     "JOB_INSERT_MANY_TRACED",
     "JOB_INSERT_ONE",
@@ -936,7 +937,9 @@ _cancel_requested_at = (
     .label("cancel_requested_at")
 )
 
-JOB_GET = select(jobs, _cancel_requested_at).where(jobs.c.id == bindparam("id", type_=Uuid))
+# A job's whole row, and an operator's open cancel request of it (JOB_GET, WAIT_JOBS).
+JOB_GET_COLUMNS = (jobs, _cancel_requested_at)
+JOB_GET = select(*JOB_GET_COLUMNS).where(jobs.c.id == bindparam("id", type_=Uuid))
 
 _job_latency = func.extract("epoch", jobs.c.completed_at - jobs.c.created_at)
 _completed = jobs.c.status == literal_column("'completed'")

@@ -41,10 +41,12 @@ from cronlock import (
     DrainResult,
     Enqueued,
     JobCancel,
+    JobFailed,
     JobSnooze,
     RunStatus,
     UnknownJobType,
 )
+from cronlock.queue import waits
 from cronlock.queue.drainer import Drainer
 from cronlock.sql.tables import jobs
 from cronlock.tracing import instrument
@@ -668,6 +670,32 @@ async def results_round_trip(lab: Lab) -> None:
     assert date.fromisoformat(row["result"]["day"]) == date(2026, 12, 2)
 
 
+async def wait_for_results(lab: Lab) -> None:
+    # app.wait wakes on the completion's notification alone (the safety read is put off for
+    # an hour), returns the result, and raises a failed job's error.
+    waits.SAFETY_INTERVAL = 3600.0
+    try:
+        done = await lab.enqueue("results", {"price": Decimal("1"), "on": date(2026, 1, 1)})
+        failed = await lab.enqueue("fails", {}, max_retries=0)
+        waiting = asyncio.gather(
+            lab.app.wait(done, timeout=30), lab.app.wait(failed, timeout=30), return_exceptions=True
+        )
+        await eventually(lambda: _wait_rows(lab.database, 2))  # both waits registered
+        async with _working(lab.drainer()):
+            result, error = await waiting
+        assert isinstance(result, dict) and result["amount"] == "12.30"
+        assert isinstance(error, JobFailed) and error.job.status == "failed"
+        assert await _wait_rows(lab.database, 0)  # every wait removed its row
+    finally:
+        waits.SAFETY_INTERVAL = 1.0
+
+
+async def _wait_rows(database: Database, count: int) -> bool:
+    async with database.connect() as conn:
+        found = await conn.scalar(text("SELECT count(*) FROM cronlock.job_waits"))
+    return bool(found == count)
+
+
 Scenario = Callable[[Lab], Awaitable[None]]
 
 SCENARIOS: dict[str, Scenario] = {
@@ -692,6 +720,7 @@ SCENARIOS: dict[str, Scenario] = {
     "a plain def handler: its writes commit with its job": plain_def_handler,
     "an unknown job type": unknown_job_type,
     "results: Decimal and dates": results_round_trip,
+    "app.wait: woken by the completion": wait_for_results,
 }
 
 

@@ -109,6 +109,7 @@ MATRIX: Final[Mapping[str, Mapping[Cell, Expectation]]] = {
     "a plain def handler: its writes commit with its job": every(),
     "an unknown job type": every(),
     "results: Decimal and dates": every(),
+    "app.wait: woken by the completion": every(),
 }
 
 
