@@ -7,10 +7,11 @@ commit (it notifies only jobs with a wait row, so commits nobody awaits never ta
 commit lock), and the process's one LISTEN connection wakes the waits for it, which read the
 row again. The row is removed when the wait ends, however it ends.
 
-A slow safety read of every pending wait's job, one statement for all of them, covers what a
-notification cannot: a completion whose trigger ran in the instant between the wait row's
-commit and the first read (its notification went to nobody, and it committed after that
-read), a job deleted while awaited (``JobNotFound``), and a LISTEN connection that was cut.
+A completion whose trigger ran in the instant before the wait row's commit notifies nobody;
+if it commits just after the wait's first read, two early reads (``EARLY_READS``, a round trip
+or so later) find it. A slow safety read of every pending wait's job, one statement for all of
+them, covers the rest of what a notification cannot: a job deleted while awaited
+(``JobNotFound``), and a LISTEN connection that was cut.
 Behind PgBouncer in transaction mode there is no LISTEN: the safety read is all there is, at
 ``POLL_BEHIND_PGBOUNCER``.
 """
@@ -30,10 +31,15 @@ from ..outcome import JOB_FINISHED_STATUSES
 from ..sql.tables import ended_channel
 from .operate import JobInfo
 
-__all__ = ["POLL_BEHIND_PGBOUNCER", "SAFETY_INTERVAL", "Waits"]
+__all__ = ["EARLY_READS", "POLL_BEHIND_PGBOUNCER", "SAFETY_INTERVAL", "Waits"]
 
 logger = logging.getLogger("cronlock.queue")
 
+# A completion whose statement ran just before the wait's row committed (its trigger saw no
+# wait), and whose commit comes just after the wait's first read, notifies nobody: it commits a
+# round trip after its statement, so the job is read again this long after the first read
+# (seconds), before the notification is all there is.
+EARLY_READS = (0.01, 0.02, 0.07, 0.2)
 # How often the pending waits' jobs are read again beside the notifications (seconds).
 SAFETY_INTERVAL = 1.0
 POLL_BEHIND_PGBOUNCER = 0.25
@@ -63,6 +69,11 @@ class Waits:
             self._start_safety()
             await self._read([job_id], missing_ends=True)
             async with asyncio.timeout(timeout):
+                for pause in EARLY_READS:
+                    await asyncio.wait([future], timeout=pause)
+                    if future.done():
+                        break
+                    await self._read([job_id])
                 return await future
         finally:
             futures = self._waiting.get(job_id, [])
