@@ -29,6 +29,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.utils import timezone
+from isolation import process_state
 from waiting import wait_for
 
 from cronlock import App, RunStatus, Scheduler
@@ -142,6 +143,27 @@ def test_a_job_exists_if_and_only_if_its_atomic_block_commits(site: str) -> None
     assert result.enqueued_at is not None and result.finished_at is not None
     assert result.started_at is not None and result.enqueued_at <= result.started_at
     assert result.backend == "default" and result.task.func is add.func
+
+
+def test_manage_py_cronlock_in_this_process(site: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command's two ways in: ``manage.py`` (``run_from_argv``, Django's own options taken
+    out) and ``call_command``; cronlock's exit code either way."""
+    from djangosite.shop.tasks import add
+
+    from cronlock.contrib.django.management.commands.cronlock import Command
+
+    first, second = add.enqueue(1, 2), add.enqueue(3, 4)
+    argv = ["manage.py", "cronlock", "--settings=djangosite.settings", "drain", "--json"]
+    with process_state(), pytest.raises(SystemExit) as drained:
+        Command().run_from_argv(argv)
+    assert drained.value.code == 0
+    assert json.loads(capsys.readouterr().out)["processed"] == 2
+    assert [add.get_result(r.id).return_value for r in (first, second)] == [3, 7]
+
+    with process_state(), pytest.raises(SystemExit) as listed:
+        call_command("cronlock", "list")
+    assert listed.value.code == 0
+    assert "djangosite.shop.tasks.add " in capsys.readouterr().out
 
 
 def test_priority_queue_and_run_after_are_the_jobs(site: str) -> None:
