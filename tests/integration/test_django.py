@@ -236,6 +236,25 @@ def test_a_failing_task_s_errors_and_a_second_attempt(site: str) -> None:
     assert Order.objects.filter(note="lucky").count() == 1
 
 
+@pytest.mark.parametrize("commit_mode", ["strict", "batch", "lease"])
+def test_every_commit_mode_runs_the_tasks_and_records_their_outcomes(
+    site: str, commit_mode: str
+) -> None:
+    from djangosite.shop.models import Order
+    from djangosite.shop.tasks import record, sell
+
+    from cronlock.contrib.django.api import TaskResultStatus
+
+    done, failed = record.enqueue(commit_mode), sell.enqueue(commit_mode)
+    result = drain(commit_mode=commit_mode)
+    assert (result.stats["processed"], result.stats["failed"]) == (1, 1)
+    assert record.get_result(done.id).return_value == 1
+    assert Order.objects.filter(note=commit_mode).count() == 1
+    lost = sell.get_result(failed.id)
+    assert lost.status == TaskResultStatus.FAILED and lost.attempts == 1
+    assert [e.exception_class_path for e in lost.errors] == ["djangosite.shop.errors.OutOfStock"]
+
+
 def test_context_the_orm_and_async_tasks_in_the_worker_threads(site: str) -> None:
     from djangosite.shop.models import Order
     from djangosite.shop.tasks import add_later, backend_pid, record, which_attempt
