@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -42,16 +41,16 @@ def _app() -> App:
 
 
 async def measure(url: str, rate: float, seconds: float) -> dict[str, float]:
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "cronlock", "--app", "testapps.jobs", "worker"],
+    worker = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "cronlock", "--app", "testapps.jobs", "worker"),
         cwd=ROOT,
         env={
             **os.environ,
             "CRONLOCK_DATABASE_URL": url,
             "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'support'}",
         },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     app = _app()
     app.use_database(url)
@@ -71,7 +70,7 @@ async def measure(url: str, rate: float, seconds: float) -> dict[str, float]:
         await asyncio.gather(*waits)
     finally:
         worker.terminate()
-        worker.wait(30)
+        await asyncio.wait_for(worker.wait(), 30)
         await app.aclose()
     conn = await asyncpg.connect(url)
     try:
