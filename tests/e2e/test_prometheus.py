@@ -254,11 +254,18 @@ def cronlock_running(database_url: str, tmp_path: Path) -> Iterator[Running]:
 
 
 @pytest.fixture
-def prometheus(cronlock_running: Running, tmp_path: Path) -> Iterator[Prometheus]:
+def prometheus_binary() -> str:
+    """Asked for first: without the package the test fails before it starts anything."""
+    return _tool("prometheus")
+
+
+@pytest.fixture
+def prometheus(
+    prometheus_binary: str, cronlock_running: Running, tmp_path: Path
+) -> Iterator[Prometheus]:
     """Prometheus on a port of its own, with a config and data directory in ``tmp_path``:
     the README's scrape config (one job, the read token) at one-second scrapes, and the
     rules loaded."""
-    binary = _tool("prometheus")
     token = tmp_path / "read-token"
     token.write_text(READ_TOKEN)
     port = free_port()
@@ -284,7 +291,7 @@ def prometheus(cronlock_running: Running, tmp_path: Path) -> Iterator[Prometheus
     log = (tmp_path / "prometheus.log").open("w")
     process = subprocess.Popen(
         [
-            binary,
+            prometheus_binary,
             f"--config.file={tmp_path / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",
@@ -337,7 +344,7 @@ def _until(check: Callable[[], list[str]], timeout: float) -> None:
 
 
 def test_every_panel_and_alert_of_the_kit_on_a_real_prometheus(
-    database_url: str, cronlock_running: Running, prometheus: Prometheus
+    prometheus_binary: str, database_url: str, cronlock_running: Running, prometheus: Prometheus
 ) -> None:
     started = time.monotonic()
 
