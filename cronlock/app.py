@@ -8,7 +8,6 @@ namespace share an advisory lock key.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import re
@@ -58,7 +57,7 @@ from .queue.jobs import (
     check_queue,
 )
 from .queue.operate import JobFilter
-from .queue.sync import SyncApi, SyncClient
+from .queue.sync import SyncApi, SyncClient, wait_blocking
 from .queue.sync import enqueue_many as enqueue_many_sync
 from .queue.threads import is_async
 from .queue.waits import Waits
@@ -585,29 +584,10 @@ class App:
                 raise DatabaseUnavailable(line) from None
 
     def _wait_sync(self, job_id: uuid.UUID | str, timeout: float | None) -> Any:
-        """``wait`` from sync code: on a Database of its own, in an event loop of its own (the
-        app's pool belongs to the loop it was made in)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise ConfigurationError("app.sync.wait called in a running event loop: await app.wait")
-        database = self.database
-
-        async def waited() -> Any:
-            own = Database(database.url, schema=database.schema, pgbouncer=database.pgbouncer)
-            waits = Waits(own)
-            try:
-                info = await waits.wait(operate.job_id_of(job_id), timeout)
-            finally:
-                await waits.close()
-                await own.dispose()
-            if info.status is not JobStatus.COMPLETED:
-                raise JobFailed(info)
-            return info.result
-
-        return asyncio.run(waited())
+        info = wait_blocking(self.database, operate.job_id_of(job_id), timeout)
+        if info.status is not JobStatus.COMPLETED:
+            raise JobFailed(info)
+        return info.result
 
     @contextmanager
     def _enqueue_span(self, job_type: str, count: int) -> Iterator[str | None]:

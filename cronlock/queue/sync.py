@@ -14,10 +14,15 @@ differs (``runner_for``):
 
 Nothing here commits: outside a transaction (psycopg in autocommit, Django outside
 ``atomic()``) each statement commits on its own, as that client's own writes do.
+
+``wait_blocking`` is ``App.wait`` for sync code: the one async engine's wait, in an event loop
+of its own on a Database of its own (an app's pool belongs to the loop it was made in). With
+the command line's, it is the one place cronlock starts an event loop: sync code's edge.
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias, Unpack
@@ -27,13 +32,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement, Executable
 
-from ..errors import InvalidJobOption
+from ..database import Database
+from ..errors import ConfigurationError, InvalidJobOption
 from ..pg import PyformatStatement
 from ..sql.tables import SCHEMA
 from .enqueue import EnqueueOptions, NewJobs, insert_plan, prepare
 from .jobs import Enqueued, JobDefaults
+from .operate import JobInfo
+from .waits import Waits
 
-__all__ = ["SyncApi", "SyncClient", "enqueue_many", "runner_for"]
+__all__ = ["SyncApi", "SyncClient", "enqueue_many", "runner_for", "wait_blocking"]
 
 # psycopg.Connection, psycopg2's connection, Django's connection, or SQLAlchemy's sync
 # Session or Connection: told apart at the call (runner_for), none of them imported here.
@@ -189,3 +197,25 @@ class SyncApi:
             concurrency_keys=concurrency_keys,
             **options,
         )
+
+
+def wait_blocking(database: Database, job_id: uuid.UUID, timeout: float | None) -> JobInfo:
+    """The job's row once it has ended, from sync code (see the module docstring); refused in
+    one line inside a running event loop, where ``await app.wait`` is the way."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise ConfigurationError("app.sync.wait called in a running event loop: await app.wait")
+
+    async def waited() -> JobInfo:
+        own = Database(database.url, schema=database.schema, pgbouncer=database.pgbouncer)
+        waits = Waits(own)
+        try:
+            return await waits.wait(job_id, timeout)
+        finally:
+            await waits.close()
+            await own.dispose()
+
+    return asyncio.run(waited())
