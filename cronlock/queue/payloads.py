@@ -20,20 +20,21 @@ What each kind checks:
 - **pydantic** (a ``BaseModel`` or a pydantic dataclass, through one ``TypeAdapter``): all the
   model says, in pydantic's JSON mode, on the very JSON text that is stored; the worker
   validates that text the same way, so a payload accepted at enqueue loads on the worker
-  unless the model changed. An instance is dumped (``mode="json"``, by alias) and its JSON
-  validated; a mapping is encoded as every payload is (``jobs.to_json``), validated, and
-  stored as given. Unknown keys follow the model's ``extra`` (pydantic ignores them unless
-  ``extra="forbid"``).
+  unless the model changed. An instance is written as pydantic writes it to JSON (by alias;
+  a NaN float as pydantic's ``ser_json_inf_nan`` says, ``null`` by default) and that JSON
+  validated; a mapping is encoded as every payload is (``jobs.to_json``: NaN refused),
+  validated, and stored as given. Unknown keys follow the model's ``extra`` (pydantic
+  ignores them unless ``extra="forbid"``).
 - **a dataclass** (nothing to install): the field names (an unknown key is refused), the
   required fields (those without a default), and the types of simple fields: ``str``,
   ``int`` (not ``bool``), ``float`` (an int too), ``bool``, ``list``/``list[X]`` and
   ``dict``/``dict[K, V]`` (the container only, not its items), ``datetime``, ``date``,
   ``time``, ``Decimal``, ``UUID``, an ``Enum`` and a ``Literal`` (the value itself or its
   stored JSON form: an ISO string, a number or numeric string, the enum's value), a nested
-  dataclass (checked the same way, unless it is the dataclass itself: a tree's children are
-  not checked), and ``X | None`` of any of these. Any other annotation is
-  passed through unchecked, as the JSON value. The handler gets ``Model(**fields)`` with those
-  types restored; ``__post_init__`` runs there, on the worker, not at enqueue.
+  dataclass (checked the same way, unless it is one the field is already inside: a tree's
+  children are not checked), and ``X | None`` of any of these. Any other annotation is
+  passed through unchecked, as the JSON value. The handler gets ``Model(**fields)`` with
+  those types restored; ``__post_init__`` runs there, on the worker, not at enqueue.
 
 pydantic is never imported here: a class is a pydantic model only if pydantic is loaded
 already (its class statement needed it), so ``import cronlock`` and an app of dataclasses
@@ -45,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import operator
 import sys
 import types
 import typing
@@ -136,21 +138,31 @@ class PydanticModel:
         if value is None:
             text = "{}"
         elif isinstance(value, self.cls):
-            try:
-                # warnings=False: a field holding the wrong type (model_construct, an
-                # assignment) is the validation's to report, just below.
-                plain = self._adapter.dump_python(value, mode="json", by_alias=True, warnings=False)
-            except ValueError as exc:  # pydantic's PydanticSerializationError
-                raise InvalidPayload(
-                    f"{what}: {self.name} could not be serialized: {exc}"
-                ) from None
-            text = to_json(plain, what)
+            text = self._dumped(value, what)
         elif isinstance(value, Mapping):
             text = to_json(value, what)
         else:
             raise _not_a_payload(what, self.name, value)
         self._validated(text, what)
         return text
+
+    def _dumped(self, value: Any, what: str) -> str:
+        """An instance as pydantic writes it to JSON (by alias), in one pass; the careful way
+        (pydantic's JSON-mode Python values, then ``to_json``) only for text jsonb refuses or
+        that may hold it, so that it is refused with the line every payload gets."""
+        # warnings=False: a field holding the wrong type (model_construct, an assignment)
+        # is the validation's to report, just after.
+        try:
+            text: str = self._adapter.dump_json(value, by_alias=True, warnings=False).decode()
+        except ValueError:  # PydanticSerializationError: a lone surrogate, a serializer's
+            text = "NaN"  # the careful way says what
+        if "NaN" not in text and "Infinity" not in text and "\\u0000" not in text:
+            return text
+        try:
+            plain = self._adapter.dump_python(value, mode="json", by_alias=True, warnings=False)
+        except ValueError as exc:
+            raise InvalidPayload(f"{what}: {self.name} could not be serialized: {exc}") from None
+        return to_json(plain, what)
 
     def load(self, value: Any, what: str) -> Any:
         return self._validated(to_json(value, what), what)
@@ -191,7 +203,12 @@ class _Wrong(Exception):
 class _Kind:
     """How a dataclass field's values are checked at enqueue (``check``: the value, or what
     ``to_json`` can encode in its place) and turned back into its type on the worker
-    (``load``); both raise ``_Wrong``. This one checks nothing (its schema takes anything)."""
+    (``load``); both raise ``_Wrong``. ``passes`` are the types ``check`` returns unchanged
+    whatever their value, ``kept`` those ``load`` does: the fields' loops skip the call for
+    them (None: every type). This one checks nothing (its schema takes anything)."""
+
+    passes: frozenset[type] | None = None
+    kept: frozenset[type] | None = None
 
     def json_schema(self) -> dict[str, Any]:
         return {}
@@ -221,12 +238,17 @@ class _Leaf(_Kind):
         schema: dict[str, Any],
         accepts: Callable[[Any], bool],
         parse: Callable[[Any], Any] | None = None,
+        *,
+        passes: tuple[type, ...] = (),
+        kept: tuple[type, ...] = (),
     ) -> None:
         self.code = code
         self.label = label
         self.schema = schema
         self.accepts = accepts
         self.parse = parse
+        self.passes = frozenset(passes)
+        self.kept = frozenset(kept)
 
     def json_schema(self) -> dict[str, Any]:
         return self.schema
@@ -312,12 +334,21 @@ def _parse_uuid(value: Any) -> uuid.UUID:
 
 _STRING: Final = {"type": "string"}
 _LEAVES: Final[dict[Any, _Leaf]] = {
-    str: _Leaf("string_type", "a valid string", _STRING, lambda v: isinstance(v, str)),
+    str: _Leaf(
+        "string_type",
+        "a valid string",
+        _STRING,
+        lambda v: isinstance(v, str),
+        passes=(str,),
+        kept=(str,),
+    ),
     int: _Leaf(
         "int_type",
         "a valid integer",
         {"type": "integer"},
         lambda v: isinstance(v, int) and not isinstance(v, bool),
+        passes=(int,),
+        kept=(int,),
     ),
     float: _Leaf(
         "float_type",
@@ -325,15 +356,32 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         {"type": "number"},
         lambda v: isinstance(v, int | float) and not isinstance(v, bool),
         float,
+        passes=(int, float),
+        kept=(float,),
     ),
     bool: _Leaf(
-        "bool_type", "a valid boolean", {"type": "boolean"}, lambda v: v is True or v is False
+        "bool_type",
+        "a valid boolean",
+        {"type": "boolean"},
+        lambda v: v is True or v is False,
+        passes=(bool,),
+        kept=(bool,),
     ),
     list: _Leaf(
-        "list_type", "a valid list", {"type": "array"}, lambda v: isinstance(v, list | tuple)
+        "list_type",
+        "a valid list",
+        {"type": "array"},
+        lambda v: isinstance(v, list | tuple),
+        passes=(list, tuple),
+        kept=(list,),
     ),
     dict: _Leaf(
-        "dict_type", "a valid dictionary", {"type": "object"}, lambda v: isinstance(v, Mapping)
+        "dict_type",
+        "a valid dictionary",
+        {"type": "object"},
+        lambda v: isinstance(v, Mapping),
+        passes=(dict,),
+        kept=(dict,),
     ),
     datetime: _Leaf(
         "datetime_type",
@@ -341,6 +389,7 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         {"type": "string", "format": "date-time"},
         _parses(datetime.fromisoformat, datetime),
         _parse_datetime,
+        passes=(datetime,),
     ),
     date: _Leaf(
         "date_type",
@@ -348,6 +397,7 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         {"type": "string", "format": "date"},
         _date_only,
         _parse_date,
+        passes=(date,),
     ),
     time: _Leaf(
         "time_type",
@@ -355,6 +405,7 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         {"type": "string", "format": "time"},
         _parses(time.fromisoformat, time),
         _parse_time,
+        passes=(time,),
     ),
     Decimal: _Leaf(
         "decimal_type",
@@ -369,6 +420,7 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         {"type": "string", "format": "uuid"},
         _parses(uuid.UUID, uuid.UUID),
         _parse_uuid,
+        passes=(uuid.UUID,),
     ),
 }
 
@@ -384,6 +436,8 @@ class _Enum(_Kind):
     def __init__(self, cls: type[enum.Enum]) -> None:
         self.cls = cls
         self.values = [member.value for member in cls]
+        self.passes = frozenset({cls})
+        self.kept = frozenset()
 
     def json_schema(self) -> dict[str, Any]:
         return {"enum": self.values}
@@ -406,6 +460,7 @@ class _Enum(_Kind):
 class _Literal(_Kind):
     def __init__(self, values: Sequence[Any]) -> None:
         self.values = list(values)
+        self.passes = self.kept = frozenset()
 
     def json_schema(self) -> dict[str, Any]:
         return {"enum": self.values}
@@ -424,6 +479,9 @@ class _Literal(_Kind):
 class _Optional(_Kind):
     def __init__(self, inner: _Kind) -> None:
         self.inner = inner
+        none = frozenset({type(None)})
+        self.passes = None if inner.passes is None else inner.passes | none
+        self.kept = None if inner.kept is None else inner.kept | none
 
     def json_schema(self) -> dict[str, Any]:
         inner = self.inner.json_schema()
@@ -439,6 +497,7 @@ class _Optional(_Kind):
 class _Nested(_Kind):
     def __init__(self, model: DataclassModel) -> None:
         self.model = model
+        self.passes = self.kept = frozenset()
 
     def json_schema(self) -> dict[str, Any]:
         return self.model.json_schema()
@@ -505,6 +564,10 @@ class DataclassModel:
             for field in fields
         )
         self._names = frozenset(field.name for field in fields)
+        self._order = tuple(field.name for field in fields)
+        # An instance's fields at once (one C call; a tuple, or one value for one field).
+        self._values = operator.attrgetter(*self._order) if self._order else None
+        self._accepted = (cls, Mapping)
         self._defaults = {
             field.name: field.default
             for field in fields
@@ -513,7 +576,7 @@ class DataclassModel:
         }
 
     def dump(self, value: Any, what: str) -> str:
-        if value is not None and not isinstance(value, self.cls | Mapping):
+        if value is not None and not isinstance(value, self._accepted):
             raise _not_a_payload(what, self.name, value)
         errors: list[dict[str, Any]] = []
         checked = self.checked({} if value is None else value, [], errors)
@@ -532,7 +595,7 @@ class DataclassModel:
         """``value`` (an instance or a mapping) as ``to_json`` can encode it: the mapping
         itself, or one with nested instances as dicts; what does not fit, in ``errors``."""
         if isinstance(value, self.cls):
-            data: Mapping[Any, Any] = {name: getattr(value, name) for name, _, _ in self._fields}
+            data: Mapping[Any, Any] = self._fields_of(value)
         elif isinstance(value, Mapping):
             data = value
         else:
@@ -547,6 +610,9 @@ class DataclassModel:
                     errors.append({"loc": [*loc, name], "msg": "Field required", "type": "missing"})
                 continue
             present += 1
+            passes = kind.passes
+            if passes is None or type(item) in passes:
+                continue
             try:
                 checked = kind.check(item)
             except _Wrong as wrong:
@@ -558,6 +624,12 @@ class DataclassModel:
         if present < len(data):
             errors.extend(self._unknown(data, loc))
         return data if changed is None else changed
+
+    def _fields_of(self, value: Any) -> dict[str, Any]:
+        if self._values is None:
+            return {}
+        got = self._values(value)
+        return dict(zip(self._order, got if len(self._order) > 1 else (got,), strict=True))
 
     def loaded(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         """A stored JSON object as an instance (None when something in it does not fit:
@@ -572,6 +644,10 @@ class DataclassModel:
             if item is _MISSING:
                 if required:
                     errors.append({"loc": [*loc, name], "msg": "Field required", "type": "missing"})
+                continue
+            kept = kind.kept
+            if kept is None or type(item) in kept:
+                fields[name] = item
                 continue
             try:
                 fields[name] = kind.load(item)

@@ -119,12 +119,28 @@ def test_a_strict_model_takes_json_as_its_json_mode_does() -> None:
         assert model.load(json.loads(text), "its payload").at == moment
 
 
+class Constants(BaseModel):
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+    score: float
+
+
 def test_what_json_cannot_hold_is_refused_as_for_any_payload() -> None:
-    model = model_of(Strict, "strict", "payload")
-    nan = _refused(model, Strict(at=datetime.now(UTC), score=float("nan")))
+    strict = model_of(Strict, "strict", "payload")
+    at = datetime.now(UTC)
+    nan = _refused(strict, {"at": at, "score": float("nan")})
     assert str(nan).startswith("the payload is not JSON") and nan.errors == []
-    nul = model_of(SendEmail, "send_email", "payload")
-    assert "NUL" in str(_refused(nul, {"to": "a\x00", "Subject": "s", "user_id": 1}))
+    # An instance is written as pydantic writes it: NaN as null by default, which the model
+    # then refuses (its field named), or as a bare NaN, which jsonb refuses: refused here.
+    written = _refused(strict, Strict(at=at, score=float("nan")))
+    assert written.errors[0]["loc"] == ["score"]
+    constants = _refused(model_of(Constants, "c", "payload"), Constants(score=float("inf")))
+    assert str(constants).startswith("the payload is not JSON") and constants.errors == []
+    email = model_of(SendEmail, "send_email", "payload")
+    assert "NUL" in str(_refused(email, {"to": "a\x00", "Subject": "s", "user_id": 1}))
+    assert "NUL" in str(_refused(email, SendEmail(to="a\x00", Subject="s", user_id=1)))
+    lone = SendEmail(to="a\ud800", Subject="s", user_id=1)
+    assert "lone surrogate" in str(_refused(email, lone))
 
 
 def test_an_unvalidated_instance_is_checked_too() -> None:
