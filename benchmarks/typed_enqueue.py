@@ -1,17 +1,22 @@
 """What typed payloads cost at enqueue: ``enqueue_many`` of N plain dicts beside N typed ones.
 
-    python -m benchmarks.typed_enqueue [--server URL] [--n 10000] [--rounds 5]
+    python -m benchmarks.typed_enqueue [--server URL] [--n 10000] [--rounds 5] [--check-rounds 20]
 
 One scratch database, one app with an untyped job type and two typed ones (a pydantic model
-and a dataclass of the same five fields). Every round runs each way once, in a fixed order,
-so the ways are interleaved and share the machine's moods; before each the jobs table is
-emptied (TRUNCATE), so each inserts into the same empty table. A way is one
+and a dataclass of the same five fields). Every round runs each way once, each round starting
+one way further on, so the ways are interleaved and share the machine's moods; before each
+the jobs table is emptied (TRUNCATE), so each inserts into the same empty table. A way is one
 ``App.enqueue_many`` call of N payloads, committed, timed on the client's clock and its CPU
 (``time.process_time``); the payloads (dicts, or instances built from them) are made before
 the clock starts: building a model is the caller's work, checking it is cronlock's. They are
 built once and frozen out of the garbage collector's sight (``gc.freeze``), and a collection
-runs before each way, so that no way pays for another's objects. Beside each, the checks
-alone: ``enqueue.prepare`` of the same N payloads, no database.
+runs before each way, so that no way pays for another's objects. Each way's overhead is
+given twice: its median against the dicts' median, and the median of its ratio to the dicts
+of the same round (paired). Then the checks alone, ``enqueue.prepare`` of the same N payloads
+without a database, in ``--check-rounds`` interleaved rounds: what a way's checks add over
+the dicts' own, as a share of the dicts' whole ``enqueue_many``, is the validation's cost
+with the server's noise (which dominates the end-to-end spread on a shared machine) left
+out.
 
 - ``dicts (untyped)``: the baseline, a job type without a model.
 - ``pydantic instances`` / ``pydantic dicts``: ``payload=`` a pydantic model, given instances
@@ -74,9 +79,10 @@ def _payload(i: int) -> dict[str, Any]:
     }
 
 
+BASELINE = "dicts (untyped)"
 # Each way: its job type and how its N payloads are made (before the clock starts).
 WAYS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
-    "dicts (untyped)": ("plain", dict),
+    BASELINE: ("plain", dict),
     "pydantic instances": ("pydantic", lambda p: EmailModel(**p)),
     "pydantic dicts": ("pydantic", dict),
     "dataclass instances": ("dataclass", lambda p: EmailData(**p)),
@@ -84,7 +90,7 @@ WAYS: dict[str, tuple[str, Callable[[dict[str, Any]], Any]]] = {
 }
 
 
-async def measure(server: str, n: int, rounds: int) -> dict[str, Any]:
+async def measure(server: str, n: int, rounds: int, check_rounds: int) -> dict[str, Any]:
     raw = [_payload(i) for i in range(n)]
     async with scratch_database(server, "typed_enqueue") as url:
         app = cronlock.App()
@@ -106,9 +112,12 @@ async def measure(server: str, n: int, rounds: int) -> dict[str, Any]:
         cpu: dict[str, list[float]] = {name: [] for name in WAYS}
         checks: dict[str, list[float]] = {name: [] for name in WAYS}
         try:
+            names = list(WAYS)
             for round_ in range(rounds + 1):  # the first round warms up, uncounted
-                for name, (job_type, _) in WAYS.items():
-                    payloads = made[name]
+                # Each round starts one way further on: no way always runs first or last.
+                turn = round_ % len(names)
+                for name in names[turn:] + names[:turn]:
+                    job_type, payloads = WAYS[name][0], made[name]
                     async with database.engine.begin() as conn:
                         await conn.execute(text("TRUNCATE cronlock.jobs"))
                     gc.collect()  # the previous way's garbage is not this one's to collect
@@ -116,23 +125,36 @@ async def measure(server: str, n: int, rounds: int) -> dict[str, Any]:
                     answers = await app.enqueue_many(job_type, payloads)
                     elapsed, used = time.perf_counter() - started, time.process_time() - began
                     assert len(answers) == n
-                    started = time.perf_counter()
-                    prepare(app.job_types, job_type, payloads)
-                    checked = time.perf_counter() - started
                     if round_:
                         wall[name].append(elapsed * 1e3)
                         cpu[name].append(used / n * 1e6)
-                        checks[name].append(checked * 1e3)
+            # The checks alone are the client's CPU only: many short interleaved rounds.
+            for round_ in range(check_rounds):
+                turn = round_ % len(names)
+                for name in names[turn:] + names[:turn]:
+                    gc.collect()
+                    started = time.perf_counter()
+                    prepare(app.job_types, WAYS[name][0], made[name])
+                    checks[name].append((time.perf_counter() - started) * 1e3)
         finally:
             await app.aclose()
             gc.unfreeze()
-    base = statistics.median(wall["dicts (untyped)"])
+    dicts, dict_checks = wall[BASELINE], statistics.median(checks[BASELINE])
     return {
         name: {
             "wall_ms": _spread(wall[name]),
             "client_cpu_us_per_job": _spread(cpu[name]),
             "prepare_ms": _spread(checks[name]),
-            "overhead_vs_dicts": statistics.median(wall[name]) / base - 1,
+            "overhead_vs_dicts": statistics.median(wall[name]) / statistics.median(dicts) - 1,
+            # Round by round against the dicts of the same round (the machine's moods are
+            # shared within a round), then the median of those.
+            "paired_overhead_vs_dicts": statistics.median(
+                way / base - 1 for way, base in zip(wall[name], dicts, strict=True)
+            ),
+            # What the checks add (their median over the dicts' own), as a share of the dicts'
+            # whole enqueue_many: the validation's cost without the server's noise in it.
+            "checks_share_of_enqueue": (statistics.median(checks[name]) - dict_checks)
+            / statistics.median(dicts),
         }
         for name in WAYS
     }
@@ -149,8 +171,9 @@ def _spread(values: list[float]) -> dict[str, Any]:
 
 def _table(results: dict[str, Any]) -> str:
     lines = [
-        "| way | enqueue_many, ms | vs dicts | client CPU µs/job | checks alone (prepare), ms |",
-        "|---|---|---|---|---|",
+        "| way | enqueue_many, ms | vs dicts: medians, paired | client CPU µs/job "
+        "| checks alone (prepare), ms | checks added / enqueue_many |",
+        "|---|---|---|---|---|---|",
     ]
     for name, figures in results.items():
         wall, cpu, checks = (
@@ -160,16 +183,17 @@ def _table(results: dict[str, Any]) -> str:
         )
         lines.append(
             f"| {name} | {wall['median']:,.0f} ({wall['min']:,.0f}..{wall['max']:,.0f}) "
-            f"| {figures['overhead_vs_dicts']:+.1%} "
+            f"| {figures['overhead_vs_dicts']:+.1%}, {figures['paired_overhead_vs_dicts']:+.1%} "
             f"| {cpu['median']:,.1f} ({cpu['min']:,.1f}..{cpu['max']:,.1f}) "
-            f"| {checks['median']:,.0f} ({checks['min']:,.0f}..{checks['max']:,.0f}) |"
+            f"| {checks['median']:,.0f} ({checks['min']:,.0f}..{checks['max']:,.0f}) "
+            f"| {figures['checks_share_of_enqueue']:+.1%} |"
         )
     return "\n".join(lines)
 
 
 async def _main(args: argparse.Namespace) -> None:
     started = datetime.now(UTC)
-    results = await measure(args.server, args.n, args.rounds)
+    results = await measure(args.server, args.n, args.rounds, args.check_rounds)
     print(_table(results))
     out = await write_check(
         "typed-enqueue",
@@ -178,6 +202,7 @@ async def _main(args: argparse.Namespace) -> None:
         {
             "n": args.n,
             "rounds": args.rounds,
+            "check_rounds": args.check_rounds,
             "python": platform.python_version(),
             "pydantic": pydantic.VERSION,
             "ways": results,
@@ -191,6 +216,7 @@ def main() -> None:
     parser.add_argument("--server", default=DEFAULT_SERVER)
     parser.add_argument("--n", type=int, default=10_000, help="payloads per enqueue_many")
     parser.add_argument("--rounds", type=int, default=5, help="counted rounds (one more warms up)")
+    parser.add_argument("--check-rounds", type=int, default=20, help="rounds of the checks alone")
     asyncio.run(_main(parser.parse_args()))
 
 
