@@ -134,6 +134,9 @@ class PydanticModel:
         self._invalid = ValidationError
         self._schema: dict[str, Any] | None = None
 
+    def __repr__(self) -> str:
+        return f"PydanticModel({self.name})"
+
     def dump(self, value: Any, what: str) -> str:
         if value is None:
             text = "{}"
@@ -577,6 +580,9 @@ class DataclassModel:
             if type(field.default) in _JSON_DEFAULTS
             and not (isinstance(field.default, float) and not math.isfinite(field.default))
         }
+
+    def __repr__(self) -> str:
+        return f"DataclassModel({self.name})"
 
     def dump(self, value: Any, what: str) -> str:
         if value is not None and not isinstance(value, self._accepted):

@@ -91,8 +91,9 @@ async def test_the_handler_receives_the_model_and_its_result_is_checked(
     sent = await app.enqueue("send_email", SendEmail(**GOOD))
     resized = await app.enqueue("resize", {"url": "u", "width": 3, "at": datetime.now(UTC)})
     wrong = await app.enqueue("miscount", GOOD)
+    negative = await app.enqueue("resize", {"url": "u", "width": -1})  # __post_init__ refuses
     result = await app.drain()
-    assert (result.stats["processed"], result.stats["failed"]) == (2, 1)
+    assert (result.stats["processed"], result.stats["failed"]) == (2, 2)
     [row] = await job_rows(database, id=sent.id)
     assert row["payload"] == {**GOOD, "tags": []}  # an instance is stored whole
     assert row["result"] == {"received": "SendEmail", "to": "a@b.c", "words": 2}
@@ -103,6 +104,11 @@ async def test_the_handler_receives_the_model_and_its_result_is_checked(
     assert row["error_message"] == (
         "InvalidPayload: the handler's result does not fit Sent: received: Field required; "
         "words: Field required"
+    )
+    [row] = await job_rows(database, id=negative.id)
+    assert (row["status"], row["error_message"]) == (
+        "failed",
+        "its payload could not be loaded as Resize: ValueError: width must not be negative",
     )
 
 

@@ -40,6 +40,10 @@ class Resize:
     height: int | None = None
     at: datetime | None = None
 
+    def __post_init__(self) -> None:  # runs on the worker, not at enqueue
+        if self.width < 0:
+            raise ValueError("width must not be negative")
+
 
 @dataclass
 class Report:
