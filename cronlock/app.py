@@ -52,11 +52,13 @@ from .queue.jobs import (
     JobDefaults,
     JobHandler,
     JobType,
+    PayloadModel,
     check_concurrency_limit,
     check_max_retries,
     check_queue,
 )
 from .queue.operate import JobFilter
+from .queue.payloads import model_of
 from .queue.sync import SyncApi, SyncClient, wait_blocking
 from .queue.sync import enqueue_many as enqueue_many_sync
 from .queue.threads import is_async
@@ -169,6 +171,14 @@ def _verb(name: str) -> operate.Verb:
         raise ConfigurationError(
             f"unknown verb {name!r}: one of {', '.join(v.value for v in operate.Verb)}"
         ) from None
+
+
+def _model_class(model: PayloadModel | None) -> type[Any] | None:
+    return None if model is None else model.cls
+
+
+def _class_name(cls: type[Any] | None) -> str:
+    return "none" if cls is None else cls.__qualname__
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -324,6 +334,8 @@ class App:
         queue: str = DEFAULT_QUEUE,
         max_lost_runs: int = Handler.max_lost_runs,
         concurrency_limit: int | None = None,
+        payload: type[Any] | None = None,
+        result: type[Any] | None = None,
     ) -> Callable[[H], H]:
         """Register ``async def handler(session, payload)`` for ``job_type``.
 
@@ -339,6 +351,10 @@ class App:
         ``concurrency_limit`` is how many of its jobs with one concurrency key
         (``enqueue(..., concurrency_key=...)``) may run at once, across every drainer (1 when
         not given: a key alone makes its jobs run one at a time).
+        ``payload`` (a pydantic model or a dataclass) types the payloads: each is checked
+        at enqueue against it, on every surface, and the handler receives the model;
+        ``result`` checks and stores what the handler returns the same way
+        (``cronlock.queue.payloads`` says what each kind checks).
         """
         _check_name("job type", job_type)
         if job_type in self._handlers:
@@ -359,7 +375,9 @@ class App:
             raise ConfigurationError(
                 f"job type {job_type!r}: max_lost_runs must be between 1 and {MAX_RETRIES_LIMIT}"
             )
-        self._agree(job_type, queue, max_retries, concurrency_limit)
+        payload_model = None if payload is None else model_of(payload, job_type, "payload")
+        result_model = None if result is None else model_of(result, job_type, "result")
+        self._agree(job_type, queue, max_retries, concurrency_limit, payload, result)
 
         def register(func: H) -> H:
             if not callable(func):
@@ -374,6 +392,8 @@ class App:
                 max_lost_runs=max_lost_runs,
                 concurrency_limit=concurrency_limit,
                 threaded=not is_async(func),
+                payload_model=payload_model,
+                result_model=result_model,
             )
             return func
 
@@ -386,11 +406,15 @@ class App:
         max_retries: int = 3,
         queue: str = DEFAULT_QUEUE,
         concurrency_limit: int | None = None,
+        payload: type[Any] | None = None,
+        result: type[Any] | None = None,
     ) -> JobType:
         """Declare ``job_type`` without its handler, so that this app can enqueue it: a
         producer (a web application) that does not import the worker's code. Its jobs get
         ``queue``, ``max_retries`` and ``concurrency_limit`` unless the enqueue says otherwise,
-        checked as for ``job()``. A handler registered for it in the same app must agree."""
+        checked as for ``job()``, and their payloads are checked against ``payload`` (its
+        ``result`` is for ``GET /job-types``). A handler registered for it in the same app
+        must agree."""
         _check_name("job type", job_type)
         if job_type in self._declared:
             raise DuplicateName(f"job type {job_type!r} is already declared")
@@ -399,13 +423,25 @@ class App:
         if concurrency_limit is not None:
             check_concurrency_limit(concurrency_limit)
         declared = JobType(
-            job_type, queue=queue, max_retries=max_retries, concurrency_limit=concurrency_limit
+            job_type,
+            queue=queue,
+            max_retries=max_retries,
+            concurrency_limit=concurrency_limit,
+            payload_model=None if payload is None else model_of(payload, job_type, "payload"),
+            result_model=None if result is None else model_of(result, job_type, "result"),
         )
         handler = self._handlers.get(job_type)
         if handler is not None:
             self._declared[job_type] = declared  # checked against the handler next
             try:
-                self._agree(job_type, handler.queue, handler.max_retries, handler.concurrency_limit)
+                self._agree(
+                    job_type,
+                    handler.queue,
+                    handler.max_retries,
+                    handler.concurrency_limit,
+                    _model_class(handler.payload_model),
+                    _model_class(handler.result_model),
+                )
             except DuplicateName:
                 del self._declared[job_type]
                 raise
@@ -413,10 +449,18 @@ class App:
         return declared
 
     def _agree(
-        self, job_type: str, queue: str, max_retries: int, concurrency_limit: int | None
+        self,
+        job_type: str,
+        queue: str,
+        max_retries: int,
+        concurrency_limit: int | None,
+        payload: type[Any] | None,
+        result: type[Any] | None,
     ) -> None:
-        """A handler and a declaration of one job type must give its jobs the same defaults:
-        a producer enqueueing to one queue while the worker drains another loses them."""
+        """A handler and a declaration of one job type must give its jobs the same defaults
+        and models: a producer enqueueing to one queue while the worker drains another loses
+        them, and one checking payloads against another model sends what the handler
+        refuses."""
         declared = self._declared.get(job_type)
         if declared is None:
             return
@@ -431,6 +475,15 @@ class App:
                 f"job type {job_type!r} is declared with concurrency_limit "
                 f"{declared.concurrency_limit}, but its handler has {concurrency_limit}"
             )
+        for option, given, theirs in (
+            ("payload", payload, _model_class(declared.payload_model)),
+            ("result", result, _model_class(declared.result_model)),
+        ):
+            if given is not theirs:
+                raise DuplicateName(
+                    f"job type {job_type!r} is declared with {option} {_class_name(theirs)}, "
+                    f"but its handler has {_class_name(given)}"
+                )
 
     @property
     def handlers(self) -> Mapping[str, Handler]:

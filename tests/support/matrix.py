@@ -110,6 +110,8 @@ MATRIX: Final[Mapping[str, Mapping[Cell, Expectation]]] = {
     "an unknown job type": every(),
     "results: Decimal and dates": every(),
     "app.wait: woken by the completion": every(),
+    "typed payload: the handler receives the model": every(),
+    "typed payload: a stored payload that no longer fits fails its attempt": every(),
 }
 
 
