@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement, Executable
 
 from ..errors import InvalidJobOption
-from ..pg import PyformatStatement
+from ..pg import PyformatStatement, rows_of
 from ..sql.tables import SCHEMA
 from .enqueue import EnqueueOptions, NewJobs, insert_plan, prepare
 from .jobs import Enqueued, JobDefaults
@@ -79,10 +79,8 @@ def runner_for(client: SyncClient, schema: str) -> SyncRun:
         translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
 
         def run_core(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
-            rows: Sequence[Sequence[Any]] = client.execute(
-                statement, params, execution_options=translate
-            ).all()
-            return rows
+            result = client.execute(statement, params, execution_options=translate)
+            return rows_of(result)
 
         return run_core
     module = type(client).__module__
@@ -93,9 +91,14 @@ def runner_for(client: SyncClient, schema: str) -> SyncRun:
                 f"Django's {client.alias!r} database is {vendor}: cronlock needs PostgreSQL"
             )
         return _run_dbapi(client.cursor, schema)
-    if module.split(".")[0] in ("psycopg", "psycopg2") and callable(
-        getattr(client, "cursor", None)
-    ):
+    driver = module.split(".")[0]
+    if driver == "psycopg" and callable(getattr(client, "cursor", None)):
+        from psycopg import ClientCursor  # the client's own driver: importable
+
+        # Its own adaptation (UUIDs, arrays in binary), unless its cursors bind client-side.
+        native = not issubclass(getattr(client, "cursor_factory", ClientCursor), ClientCursor)
+        return _run_dbapi(client.cursor, schema, native=native)
+    if driver == "psycopg2" and callable(getattr(client, "cursor", None)):
         return _run_dbapi(client.cursor, schema)
     raise InvalidJobOption(
         f"cannot enqueue on a {module}.{type(client).__qualname__}: give a psycopg or "
@@ -103,13 +106,23 @@ def runner_for(client: SyncClient, schema: str) -> SyncRun:
     )
 
 
-def _run_dbapi(cursor: Callable[[], Any], schema: str) -> SyncRun:
+def _run_dbapi(cursor: Callable[[], Any], schema: str, *, native: bool = False) -> SyncRun:
+    """``native``: a psycopg 3 cursor binding on the server, sent UUIDs as they are and the
+    arrays in the binary format (``PyformatStatement.binary_sql``); else the values every
+    driver takes."""
+
     def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
         assert isinstance(statement, ClauseElement)
         compiled = PyformatStatement.of(statement, schema)
-        values = {name: _plain(value) for name, value in compiled.params(**params).items()}
+        values = compiled.params(**params)
+        if native:
+            text = compiled.binary_sql
+        else:
+            text = compiled.sql
+            for name in compiled.uuid_names:
+                values[name] = _text(values[name])
         with cursor() as cur:
-            cur.execute(compiled.sql, values)
+            cur.execute(text, values)
             if cur.description is None:
                 return []
             rows: list[Sequence[Any]] = cur.fetchall()
@@ -118,13 +131,13 @@ def _run_dbapi(cursor: Callable[[], Any], schema: str) -> SyncRun:
     return run
 
 
-def _plain(value: Any) -> Any:
-    """UUIDs as text, which the statements cast (``::UUID``): psycopg2 adapts no UUID of its
-    own, and both drivers send text."""
+def _text(value: Any) -> Any:
+    """A UUID (or a list of them) as text, which the statements cast (``::UUID``): psycopg2
+    adapts no UUID of its own, and both drivers send text."""
     if isinstance(value, uuid.UUID):
         return str(value)
-    if isinstance(value, list) and value and isinstance(value[0], uuid.UUID):
-        return [str(v) for v in value]
+    if isinstance(value, list):
+        return [str(v) if isinstance(v, uuid.UUID) else v for v in value]
     return value
 
 
