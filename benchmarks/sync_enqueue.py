@@ -1,13 +1,14 @@
 """Sync enqueue (issue 24, item 2) beside ``App.enqueue``, ``enqueue_many`` and PgQueuer's sync API.
 
-    python -m benchmarks.sync_enqueue [--server URL] [--n 2000] [--bulk 1000] [--rounds 5]
+    python -m benchmarks.sync_enqueue [--server URL] [--n 1000] [--bulk 1000] [--rounds 7]
 
-One scratch database holds cronlock's schema and PgQueuer's. Every round runs each way
-``--n`` times (one at a time) or ``--bulk-calls`` times (bulk, ``--bulk`` jobs a call), back
-to back, in a fixed order, so the ways are interleaved and share the machine's moods; each
-figure is the median over the rounds with its min..max: jobs/s on the client's clock and the
-client process's CPU time per job (``time.process_time``). Every job is committed before its
-call returns, and each way's rows are counted at the end (a way that wrote fewer fails the run).
+One scratch database holds cronlock's schema and PgQueuer's. Every round calls each
+one-at-a-time way ``--n`` times and each bulk way ``--bulk-calls`` times (``--bulk`` jobs a
+call), the ways taking turns call by call, so that they share the machine's moods; a way's
+figure in a round is its jobs over the time spent in its own calls, and each figure shown is
+the median over the rounds with its min..max: jobs/s on the client's clock and the client
+process's CPU time per job (``time.process_time``). Every job is committed before its call
+returns, and both queues' rows are counted at the end (a way that wrote fewer fails the run).
 
 One at a time, each enqueue its own transaction, like for like:
 
@@ -136,7 +137,6 @@ async def measure(
             "cronlock app.sync.enqueue_many_tx, psycopg autocommit": many_sync,
             "PgQueuer SyncQueries bulk": many_pgqueuer,
         }
-        calls = {**dict.fromkeys(one, n), **dict.fromkeys(many, bulk_calls)}
         ways = {**one, **many}
         try:
             written = 0
@@ -146,14 +146,23 @@ async def measure(
             rates: dict[str, list[float]] = {name: [] for name in ways}
             cpu_us: dict[str, list[float]] = {name: [] for name in ways}
             for _ in range(rounds):
-                for name, way in ways.items():
-                    jobs = 0
-                    started, cpu = time.perf_counter(), time.process_time()
-                    for _ in range(calls[name]):
-                        jobs += await way()
-                    rates[name].append(jobs / (time.perf_counter() - started))
-                    cpu_us[name].append((time.process_time() - cpu) / jobs * 1e6)
-                    written += jobs
+                for group, calls in ((one, n), (many, bulk_calls)):
+                    # Call by call, each way in turn: a drift of the machine's speed (this
+                    # one's steal time moves by tens of percent within seconds) falls on every
+                    # way of the round alike.
+                    wall = dict.fromkeys(group, 0.0)
+                    cpu = dict.fromkeys(group, 0.0)
+                    jobs = dict.fromkeys(group, 0)
+                    for _ in range(calls):
+                        for name, way in group.items():
+                            started, used = time.perf_counter(), time.process_time()
+                            jobs[name] += await way()
+                            cpu[name] += time.process_time() - used
+                            wall[name] += time.perf_counter() - started
+                    for name in group:
+                        rates[name].append(jobs[name] / wall[name])
+                        cpu_us[name].append(cpu[name] / jobs[name] * 1e6)
+                        written += jobs[name]
             cronlock_jobs = auto.execute("SELECT count(*) FROM cronlock.jobs").fetchone()
             peer_jobs = auto.execute("SELECT count(*) FROM pgqueuer").fetchone()
             expected = (warmup * 4 + 2 * bulk * 2) + rounds * (4 * n + 2 * bulk * bulk_calls)
@@ -220,10 +229,10 @@ async def _main(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--server", default=DEFAULT_SERVER)
-    parser.add_argument("--n", type=int, default=2000, help="one-at-a-time enqueues per way")
+    parser.add_argument("--n", type=int, default=1000, help="one-at-a-time enqueues per way")
     parser.add_argument("--bulk", type=int, default=1000, help="jobs per bulk call")
     parser.add_argument("--bulk-calls", type=int, default=20, help="bulk calls per way")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     asyncio.run(_main(parser.parse_args()))
 
 

@@ -18,6 +18,7 @@ Nothing here commits: outside a transaction (psycopg in autocommit, Django outsi
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias, Unpack
@@ -70,12 +71,9 @@ def enqueue_many(
 def runner_for(client: SyncClient, schema: str) -> SyncRun:
     """How a statement is sent on ``client``; an ``InvalidJobOption`` in one line for a
     client that is none of the kinds above."""
-    if isinstance(client, AsyncSession | AsyncConnection):
-        raise InvalidJobOption(
-            f"{type(client).__name__} is async: use `await app.enqueue_tx(...)`, "
-            "app.sync is for sync clients"
-        )
-    if isinstance(client, Session | Connection):
+    cls: type = type(client)
+    kind = _kind(cls)
+    if kind == "sqlalchemy":
         translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
 
         def run_core(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
@@ -83,27 +81,52 @@ def runner_for(client: SyncClient, schema: str) -> SyncRun:
             return rows_of(result)
 
         return run_core
-    module = type(client).__module__
-    if module.startswith("django.db.backends."):
+    if kind == "async":
+        raise InvalidJobOption(
+            f"{cls.__name__} is async: use `await app.enqueue_tx(...)`, "
+            "app.sync is for sync clients"
+        )
+    if kind == "django":
         vendor = getattr(client, "vendor", None)
         if vendor != "postgresql":
             raise InvalidJobOption(
                 f"Django's {client.alias!r} database is {vendor}: cronlock needs PostgreSQL"
             )
         return _run_dbapi(client.cursor, schema)
-    driver = module.split(".")[0]
-    if driver == "psycopg" and callable(getattr(client, "cursor", None)):
-        from psycopg import ClientCursor  # the client's own driver: importable
-
+    if kind == "psycopg" and callable(getattr(client, "cursor", None)):
         # Its own adaptation (UUIDs, arrays in binary), unless its cursors bind client-side.
-        native = not issubclass(getattr(client, "cursor_factory", ClientCursor), ClientCursor)
+        native = _binds_on_server(getattr(client, "cursor_factory", None))
         return _run_dbapi(client.cursor, schema, native=native)
-    if driver == "psycopg2" and callable(getattr(client, "cursor", None)):
+    if kind == "psycopg2" and callable(getattr(client, "cursor", None)):
         return _run_dbapi(client.cursor, schema)
     raise InvalidJobOption(
-        f"cannot enqueue on a {module}.{type(client).__qualname__}: give a psycopg or "
-        "psycopg2 connection, Django's connection, or a sync SQLAlchemy Session or Connection"
+        f"cannot enqueue on a {cls.__module__}.{cls.__qualname__}: give a "
+        "psycopg or psycopg2 connection, Django's connection, or a sync SQLAlchemy Session or "
+        "Connection"
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _kind(cls: type) -> str:
+    """Which kind of client ``cls`` makes, looked at once per class (an enqueue asks at every
+    call): ``async``, ``sqlalchemy``, ``django``, ``psycopg``, ``psycopg2`` or ``other``."""
+    if issubclass(cls, AsyncSession | AsyncConnection):
+        return "async"
+    if issubclass(cls, Session | Connection):
+        return "sqlalchemy"
+    module = cls.__module__
+    if module.startswith("django.db.backends."):
+        return "django"
+    driver = module.split(".")[0]
+    return driver if driver in ("psycopg", "psycopg2") else "other"
+
+
+@functools.lru_cache(maxsize=16)
+def _binds_on_server(cursor_factory: type | None) -> bool:
+    """Whether a psycopg 3 connection's cursors bind on the server (not ``ClientCursor``)."""
+    from psycopg import ClientCursor  # the client's own driver: importable
+
+    return cursor_factory is not None and not issubclass(cursor_factory, ClientCursor)
 
 
 def _run_dbapi(cursor: Callable[[], Any], schema: str, *, native: bool = False) -> SyncRun:
