@@ -27,11 +27,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import asyncpg
+from sqlalchemy import ARRAY, Uuid
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.types import TypeEngine
 from sqlalchemy.util import await_only, greenlet_spawn
 
 from .sql.savepoints import (
@@ -65,6 +68,7 @@ __all__ = [
     "driver_of",
     "release_savepoint",
     "rollback_to_savepoint",
+    "rows_of",
     "savepoint",
     "session_has_pending",
     "session_untouched",
@@ -257,18 +261,42 @@ def _defaults(compiled: SQLCompiler, names: tuple[str, ...]) -> dict[str, Any] |
 class PyformatStatement:
     """A Core statement compiled for a sync DB-API driver (psycopg 3, psycopg2, Django's
     cursor on either): SQL text in the ``%(name)s`` style, compiled once per schema from the
-    same Core statement, and its parameters by name (``queue/sync.py``)."""
+    same Core statement, and its parameters by name (``queue/sync.py``). As with
+    ``AsyncpgStatement.args``, plain parameters skip SQLAlchemy's ``construct_params``.
+
+    ``binary_sql`` is the same text with the array parameters as psycopg 3's ``%(name)b``:
+    sent in the binary format, a thousand JSON payloads take psycopg a twentieth of the time
+    the text format's quoting and escaping takes (0.5 against 10 ms, measured on psycopg 3.3).
+    """
 
     sql: str
+    binary_sql: str
     compiled: SQLCompiler
+    names: tuple[str, ...]
+    defaults: dict[str, Any] | None  # as AsyncpgStatement's
+    # The parameters typed UUID or UUID[] (psycopg2 is sent them as text: queue/sync.py).
+    uuid_names: tuple[str, ...]
 
     @classmethod
     def of(cls, statement: ClauseElement, schema: str) -> PyformatStatement:
         return _compile_pyformat(statement, schema)
 
     def params(self, **params: Any) -> dict[str, Any]:
-        """``params`` with the statement's own bound constants."""
-        return dict(self.compiled.construct_params(params) or {})
+        """``params`` with the statement's own bound constants, and nothing else."""
+        defaults = self.defaults
+        if defaults is None:
+            return dict(self.compiled.construct_params(params) or {})
+        if defaults:
+            params = {**defaults, **params}
+        return {name: params[name] for name in self.names}
+
+
+def rows_of(result: Result[Any]) -> Sequence[Sequence[Any]]:
+    """A result's rows; none for a statement that returns none (an INSERT without RETURNING,
+    whose ``all()`` would raise)."""
+    if isinstance(result, CursorResult) and not result.returns_rows:
+        return []
+    return result.all()
 
 
 @functools.lru_cache(maxsize=64)
@@ -277,7 +305,19 @@ def _compile_pyformat(statement: ClauseElement, schema: str) -> PyformatStatemen
         dialect=_PYFORMAT, schema_translate_map={SCHEMA: schema}, render_schema_translate=True
     )
     assert isinstance(compiled, SQLCompiler)
-    return PyformatStatement(str(compiled), compiled)
+    names = tuple(compiled.binds)
+    uuids = tuple(name for name, bind in compiled.binds.items() if _is_uuid(bind.type))
+    text = binary = str(compiled)
+    if not compiled.escaped_bind_names:  # else the names in the text are not the keys
+        for name, bind in compiled.binds.items():
+            if isinstance(bind.type, ARRAY):
+                binary = binary.replace(f"%({name})s", f"%({name})b")
+    defaults = _defaults(compiled, names)
+    return PyformatStatement(text, binary, compiled, names, defaults, uuids)
+
+
+def _is_uuid(type_: TypeEngine[Any]) -> bool:
+    return isinstance(type_, Uuid) or (isinstance(type_, ARRAY) and _is_uuid(type_.item_type))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ the command line's, it is the one place cronlock starts an event loop: sync code
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias, Unpack
@@ -34,7 +35,7 @@ from sqlalchemy.sql import ClauseElement, Executable
 
 from ..database import Database
 from ..errors import ConfigurationError, InvalidJobOption
-from ..pg import PyformatStatement
+from ..pg import PyformatStatement, rows_of
 from ..sql.tables import SCHEMA
 from .enqueue import EnqueueOptions, NewJobs, insert_plan, prepare
 from .jobs import Enqueued, JobDefaults
@@ -78,46 +79,81 @@ def enqueue_many(
 def runner_for(client: SyncClient, schema: str) -> SyncRun:
     """How a statement is sent on ``client``; an ``InvalidJobOption`` in one line for a
     client that is none of the kinds above."""
-    if isinstance(client, AsyncSession | AsyncConnection):
-        raise InvalidJobOption(
-            f"{type(client).__name__} is async: use `await app.enqueue_tx(...)`, "
-            "app.sync is for sync clients"
-        )
-    if isinstance(client, Session | Connection):
+    cls: type = type(client)
+    kind = _kind(cls)
+    if kind == "sqlalchemy":
         translate = {"schema_translate_map": {SCHEMA: schema}} if schema != SCHEMA else {}
 
         def run_core(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
-            rows: Sequence[Sequence[Any]] = client.execute(
-                statement, params, execution_options=translate
-            ).all()
-            return rows
+            result = client.execute(statement, params, execution_options=translate)
+            return rows_of(result)
 
         return run_core
-    module = type(client).__module__
-    if module.startswith("django.db.backends."):
+    if kind == "async":
+        raise InvalidJobOption(
+            f"{cls.__name__} is async: use `await app.enqueue_tx(...)`, "
+            "app.sync is for sync clients"
+        )
+    if kind == "django":
         vendor = getattr(client, "vendor", None)
         if vendor != "postgresql":
             raise InvalidJobOption(
                 f"Django's {client.alias!r} database is {vendor}: cronlock needs PostgreSQL"
             )
         return _run_dbapi(client.cursor, schema)
-    if module.split(".")[0] in ("psycopg", "psycopg2") and callable(
-        getattr(client, "cursor", None)
-    ):
+    if kind == "psycopg" and callable(getattr(client, "cursor", None)):
+        # Its own adaptation (UUIDs, arrays in binary), unless its cursors bind client-side.
+        native = _binds_on_server(getattr(client, "cursor_factory", None))
+        return _run_dbapi(client.cursor, schema, native=native)
+    if kind == "psycopg2" and callable(getattr(client, "cursor", None)):
         return _run_dbapi(client.cursor, schema)
     raise InvalidJobOption(
-        f"cannot enqueue on a {module}.{type(client).__qualname__}: give a psycopg or "
-        "psycopg2 connection, Django's connection, or a sync SQLAlchemy Session or Connection"
+        f"cannot enqueue on a {cls.__module__}.{cls.__qualname__}: give a "
+        "psycopg or psycopg2 connection, Django's connection, or a sync SQLAlchemy Session or "
+        "Connection"
     )
 
 
-def _run_dbapi(cursor: Callable[[], Any], schema: str) -> SyncRun:
+@functools.lru_cache(maxsize=64)
+def _kind(cls: type) -> str:
+    """Which kind of client ``cls`` makes, looked at once per class (an enqueue asks at every
+    call): ``async``, ``sqlalchemy``, ``django``, ``psycopg``, ``psycopg2`` or ``other``."""
+    if issubclass(cls, AsyncSession | AsyncConnection):
+        return "async"
+    if issubclass(cls, Session | Connection):
+        return "sqlalchemy"
+    module = cls.__module__
+    if module.startswith("django.db.backends."):
+        return "django"
+    driver = module.split(".")[0]
+    return driver if driver in ("psycopg", "psycopg2") else "other"
+
+
+@functools.lru_cache(maxsize=16)
+def _binds_on_server(cursor_factory: type | None) -> bool:
+    """Whether a psycopg 3 connection's cursors bind on the server (not ``ClientCursor``)."""
+    from psycopg import ClientCursor  # the client's own driver: importable
+
+    return cursor_factory is not None and not issubclass(cursor_factory, ClientCursor)
+
+
+def _run_dbapi(cursor: Callable[[], Any], schema: str, *, native: bool = False) -> SyncRun:
+    """``native``: a psycopg 3 cursor binding on the server, sent UUIDs as they are and the
+    arrays in the binary format (``PyformatStatement.binary_sql``); else the values every
+    driver takes."""
+
     def run(statement: Executable, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
         assert isinstance(statement, ClauseElement)
         compiled = PyformatStatement.of(statement, schema)
-        values = {name: _plain(value) for name, value in compiled.params(**params).items()}
+        values = compiled.params(**params)
+        if native:
+            text = compiled.binary_sql
+        else:
+            text = compiled.sql
+            for name in compiled.uuid_names:
+                values[name] = _text(values[name])
         with cursor() as cur:
-            cur.execute(compiled.sql, values)
+            cur.execute(text, values)
             if cur.description is None:
                 return []
             rows: list[Sequence[Any]] = cur.fetchall()
@@ -126,13 +162,13 @@ def _run_dbapi(cursor: Callable[[], Any], schema: str) -> SyncRun:
     return run
 
 
-def _plain(value: Any) -> Any:
-    """UUIDs as text, which the statements cast (``::UUID``): psycopg2 adapts no UUID of its
-    own, and both drivers send text."""
+def _text(value: Any) -> Any:
+    """A UUID (or a list of them) as text, which the statements cast (``::UUID``): psycopg2
+    adapts no UUID of its own, and both drivers send text."""
     if isinstance(value, uuid.UUID):
         return str(value)
-    if isinstance(value, list) and value and isinstance(value[0], uuid.UUID):
-        return [str(v) for v in value]
+    if isinstance(value, list):
+        return [str(v) if isinstance(v, uuid.UUID) else v for v in value]
     return value
 
 

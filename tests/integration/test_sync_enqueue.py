@@ -38,6 +38,13 @@ def _psycopg(url: str) -> Iterator[Client]:
 
 
 @contextmanager
+def _psycopg_client_cursor(url: str) -> Iterator[Client]:
+    # Cursors that bind client-side: sent the text every driver takes, not psycopg's binary.
+    with psycopg.connect(url, cursor_factory=psycopg.ClientCursor) as conn:
+        yield conn, conn.commit, conn.rollback
+
+
+@contextmanager
 def _psycopg2(url: str) -> Iterator[Client]:
     conn = psycopg2.connect(url)
     try:
@@ -74,6 +81,7 @@ def _connection(driver: str) -> Callable[[str], AbstractContextManager[Client]]:
 
 CLIENTS = {
     "psycopg": _psycopg,
+    "psycopg-client-cursor": _psycopg_client_cursor,
     "psycopg2": _psycopg2,
     "session-psycopg": _session("psycopg"),
     "session-psycopg2": _session("psycopg2"),
@@ -137,6 +145,28 @@ def test_the_job_commits_with_the_callers_work_and_rolls_back_with_it(
     assert (job["concurrency_key"], job["concurrency_limit"], job["timeout"]) == ("a", 2, 4.5)
     assert timedelta(seconds=59) < job["delay"] <= timedelta(seconds=61)
     assert job["trace_context"] is None
+
+
+def test_many_jobs_in_one_call_with_and_without_concurrency_keys(
+    database_url: str, client_kind: str
+) -> None:
+    app = _app()
+    keys = ["a", None, "b", None]
+    with CLIENTS[client_kind](database_url) as (client, commit, _):
+        answers = app.sync.enqueue_many_tx(
+            client, "send", [{"n": i} for i in range(4)], concurrency_keys=keys
+        )
+        plain = app.sync.enqueue_many_tx(client, "send", [{"n": 4}, {"n": 5}], priority=3)
+        commit()
+    jobs = {job["id"]: job for job in _jobs(database_url)}
+    assert len(jobs) == 6 and {a.id for a in answers + plain} == set(jobs)
+    stored = [(jobs[a.id]["concurrency_key"], jobs[a.id]["concurrency_limit"]) for a in answers]
+    assert stored == [("a", 1), (None, None), ("b", 1), (None, None)]  # the default limit, 1
+    assert [(jobs[a.id]["payload"], jobs[a.id]["priority"]) for a in plain] == [
+        ({"n": 4}, 3),
+        ({"n": 5}, 3),
+    ]
+    assert all(jobs[a.id]["dedup_key"] is None for a in answers + plain)
 
 
 def test_many_jobs_in_one_call_with_dedup_keys(database_url: str, client_kind: str) -> None:

@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import BindParameter
 from sqlalchemy.util import greenlet_spawn
 
 from cronlock import pg, sql
-from cronlock.pg import AsyncpgStatement, DriverConnection, DriverTransaction
+from cronlock.pg import AsyncpgStatement, DriverConnection, DriverTransaction, PyformatStatement
 
 _things = Table("things", MetaData(), Column("id", Integer, primary_key=True), Column("name", Text))
 
@@ -188,6 +188,39 @@ def test_the_compiled_order_is_positiontup_and_args_match_construct_params(name:
     assert not compiled.escaped_bind_names
 
 
+# The statements the sync enqueue sends on a DB-API connection (queue/sync.py).
+PYFORMAT_STATEMENTS = [
+    "JOB_BY_DEDUP_KEY",
+    "JOB_INSERT_MANY",
+    "JOB_INSERT_MANY_TRACED",
+    "JOB_INSERT_ONE",
+    "JOB_INSERT_ONE_TRACED",
+]
+
+
+@pytest.mark.parametrize("name", PYFORMAT_STATEMENTS)
+def test_pyformat_params_match_construct_params_and_the_uuids_are_named(name: str) -> None:
+    statement = PyformatStatement.of(getattr(sql, name), "elsewhere")
+    compiled = statement.compiled
+    assert "elsewhere." in statement.sql
+    # Every %(name)s is a parameter the statement sends, and only those.
+    assert set(re.findall(r"%\((\w+)\)s", statement.sql)) == set(statement.names)
+    params = {
+        bind.key: f"value of {bind.key}"
+        for bind in compiled.binds.values()
+        if isinstance(bind, BindParameter) and bind.required
+    }
+    assert statement.defaults is not None  # the fast way, not construct_params
+    assert statement.params(**params, unused="left out") == compiled.construct_params(params)
+    uuids = {"JOB_INSERT_ONE": ("id",), "JOB_INSERT_ONE_TRACED": ("id",)}
+    assert statement.uuid_names == uuids.get(name, ("ids",) if "MANY" in name else ())
+    # psycopg 3's text: the array parameters in the binary format, nothing else changed.
+    arrays = {b.key for b in compiled.binds.values() if isinstance(b.type, sqlalchemy.ARRAY)}
+    assert set(re.findall(r"%\((\w+)\)b", statement.binary_sql)) == arrays
+    assert re.sub(r"%\((\w+)\)b", r"%(\1)s", statement.binary_sql) == statement.sql
+    assert bool(arrays) == ("MANY" in name or "DEDUP" in name)
+
+
 def test_a_statement_with_a_callable_default_goes_through_construct_params() -> None:
     counter = iter(range(100))
     statement = sqlalchemy.select(
@@ -196,6 +229,9 @@ def test_a_statement_with_a_callable_default_goes_through_construct_params() -> 
     compiled = AsyncpgStatement.of(statement, "cronlock")
     assert compiled.defaults is None
     assert compiled.args() == [0] and compiled.args() == [1] and compiled.args(n=7) == [7]
+    pyformat = PyformatStatement.of(statement, "cronlock")
+    assert pyformat.defaults is None
+    assert pyformat.params() == {"n": 2} and pyformat.params(n=7) == {"n": 7}
 
 
 def test_the_asyncpg_dialect_builds_connect_arguments_from_a_url() -> None:
