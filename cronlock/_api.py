@@ -21,6 +21,8 @@ from .errors import (
     InvalidJobOption,
     InvalidPayload,
     JobError,
+    JobFailed,
+    JobNotFound,
     LockKeyCollision,
     NoCurrentJob,
     UnknownJobType,

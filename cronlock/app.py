@@ -29,12 +29,13 @@ from .errors import (
     DatabaseUnavailable,
     DuplicateName,
     InvalidCron,
+    JobFailed,
     LockKeyCollision,
 )
 from .locks import lock_key, namespace_key
 from .observe.status import collect as collect_status
 from .observe.tracehooks import Tracer
-from .outcome import DrainResult, RunResult
+from .outcome import DrainResult, JobStatus, RunResult
 from .periodic import Misfire, PeriodicTask, SlotPolicy, TaskBody, execute
 from .periodic.control import Tasks
 from .periodic.task import DEFAULT_PARK_AFTER
@@ -51,14 +52,17 @@ from .queue.jobs import (
     JobDefaults,
     JobHandler,
     JobType,
+    PayloadModel,
     check_concurrency_limit,
     check_max_retries,
     check_queue,
 )
 from .queue.operate import JobFilter
-from .queue.sync import SyncClient, SyncEnqueue
+from .queue.payloads import model_of
+from .queue.sync import SyncApi, SyncClient, wait_blocking
 from .queue.sync import enqueue_many as enqueue_many_sync
 from .queue.threads import is_async
+from .queue.waits import Waits
 from .retention import PRUNE_TASK, PruneResult, Retention, prune
 from .sql.tables import DEFAULT_QUEUE, SCHEMA
 
@@ -169,6 +173,14 @@ def _verb(name: str) -> operate.Verb:
         ) from None
 
 
+def _model_class(model: PayloadModel | None) -> type[Any] | None:
+    return None if model is None else model.cls
+
+
+def _class_name(cls: type[Any] | None) -> str:
+    return "none" if cls is None else cls.__qualname__
+
+
 def _check_name(kind: str, name: str) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigurationError(
@@ -202,6 +214,7 @@ class App:
         self._handlers: dict[str, Handler] = {}
         self._declared: dict[str, JobType] = {}
         self._warned_unknown: set[str] = set()
+        self._waits: Waits | None = None  # app.wait's LISTEN, made on the first wait
         # OpenTelemetry spans, once cronlock.tracing.instrument(self) ran (the 'otel' extra).
         self.tracing: Tracer | None = None
 
@@ -321,6 +334,8 @@ class App:
         queue: str = DEFAULT_QUEUE,
         max_lost_runs: int = Handler.max_lost_runs,
         concurrency_limit: int | None = None,
+        payload: type[Any] | None = None,
+        result: type[Any] | None = None,
     ) -> Callable[[H], H]:
         """Register ``async def handler(session, payload)`` for ``job_type``.
 
@@ -336,6 +351,10 @@ class App:
         ``concurrency_limit`` is how many of its jobs with one concurrency key
         (``enqueue(..., concurrency_key=...)``) may run at once, across every drainer (1 when
         not given: a key alone makes its jobs run one at a time).
+        ``payload`` (a pydantic model or a dataclass) types the payloads: each is checked
+        at enqueue against it, on every surface, and the handler receives the model;
+        ``result`` checks and stores what the handler returns the same way
+        (``cronlock.queue.payloads`` says what each kind checks).
         """
         _check_name("job type", job_type)
         if job_type in self._handlers:
@@ -356,7 +375,9 @@ class App:
             raise ConfigurationError(
                 f"job type {job_type!r}: max_lost_runs must be between 1 and {MAX_RETRIES_LIMIT}"
             )
-        self._agree(job_type, queue, max_retries, concurrency_limit)
+        payload_model = None if payload is None else model_of(payload, job_type, "payload")
+        result_model = None if result is None else model_of(result, job_type, "result")
+        self._agree(job_type, queue, max_retries, concurrency_limit, payload, result)
 
         def register(func: H) -> H:
             if not callable(func):
@@ -371,6 +392,8 @@ class App:
                 max_lost_runs=max_lost_runs,
                 concurrency_limit=concurrency_limit,
                 threaded=not is_async(func),
+                payload_model=payload_model,
+                result_model=result_model,
             )
             return func
 
@@ -383,11 +406,15 @@ class App:
         max_retries: int = 3,
         queue: str = DEFAULT_QUEUE,
         concurrency_limit: int | None = None,
+        payload: type[Any] | None = None,
+        result: type[Any] | None = None,
     ) -> JobType:
         """Declare ``job_type`` without its handler, so that this app can enqueue it: a
         producer (a web application) that does not import the worker's code. Its jobs get
         ``queue``, ``max_retries`` and ``concurrency_limit`` unless the enqueue says otherwise,
-        checked as for ``job()``. A handler registered for it in the same app must agree."""
+        checked as for ``job()``, and their payloads are checked against ``payload`` (its
+        ``result`` is for ``GET /job-types``). A handler registered for it in the same app
+        must agree."""
         _check_name("job type", job_type)
         if job_type in self._declared:
             raise DuplicateName(f"job type {job_type!r} is already declared")
@@ -396,13 +423,25 @@ class App:
         if concurrency_limit is not None:
             check_concurrency_limit(concurrency_limit)
         declared = JobType(
-            job_type, queue=queue, max_retries=max_retries, concurrency_limit=concurrency_limit
+            job_type,
+            queue=queue,
+            max_retries=max_retries,
+            concurrency_limit=concurrency_limit,
+            payload_model=None if payload is None else model_of(payload, job_type, "payload"),
+            result_model=None if result is None else model_of(result, job_type, "result"),
         )
         handler = self._handlers.get(job_type)
         if handler is not None:
             self._declared[job_type] = declared  # checked against the handler next
             try:
-                self._agree(job_type, handler.queue, handler.max_retries, handler.concurrency_limit)
+                self._agree(
+                    job_type,
+                    handler.queue,
+                    handler.max_retries,
+                    handler.concurrency_limit,
+                    _model_class(handler.payload_model),
+                    _model_class(handler.result_model),
+                )
             except DuplicateName:
                 del self._declared[job_type]
                 raise
@@ -410,10 +449,18 @@ class App:
         return declared
 
     def _agree(
-        self, job_type: str, queue: str, max_retries: int, concurrency_limit: int | None
+        self,
+        job_type: str,
+        queue: str,
+        max_retries: int,
+        concurrency_limit: int | None,
+        payload: type[Any] | None,
+        result: type[Any] | None,
     ) -> None:
-        """A handler and a declaration of one job type must give its jobs the same defaults:
-        a producer enqueueing to one queue while the worker drains another loses them."""
+        """A handler and a declaration of one job type must give its jobs the same defaults
+        and models: a producer enqueueing to one queue while the worker drains another loses
+        them, and one checking payloads against another model sends what the handler
+        refuses."""
         declared = self._declared.get(job_type)
         if declared is None:
             return
@@ -428,6 +475,15 @@ class App:
                 f"job type {job_type!r} is declared with concurrency_limit "
                 f"{declared.concurrency_limit}, but its handler has {concurrency_limit}"
             )
+        for option, given, theirs in (
+            ("payload", payload, _model_class(declared.payload_model)),
+            ("result", result, _model_class(declared.result_model)),
+        ):
+            if given is not theirs:
+                raise DuplicateName(
+                    f"job type {job_type!r} is declared with {option} {_class_name(theirs)}, "
+                    f"but its handler has {_class_name(given)}"
+                )
 
     @property
     def handlers(self) -> Mapping[str, Handler]:
@@ -553,11 +609,11 @@ class App:
             )
 
     @property
-    def sync(self) -> SyncEnqueue:
+    def sync(self) -> SyncApi:
         """Enqueueing from sync code in the caller's transaction: ``enqueue_tx`` and
         ``enqueue_many_tx`` on a psycopg 3 or psycopg2 connection, Django's connection, or a
         sync SQLAlchemy ``Session`` or ``Connection`` (``cronlock.queue.sync``)."""
-        return SyncEnqueue(self._enqueue_sync)
+        return SyncApi(self._enqueue_sync, self._wait_sync)
 
     def _enqueue_sync(
         self, client: SyncClient, job_type: str, payloads: Sequence[Any], **options: Any
@@ -579,6 +635,12 @@ class App:
                 if line is None:
                     raise
                 raise DatabaseUnavailable(line) from None
+
+    def _wait_sync(self, job_id: uuid.UUID | str, timeout: float | None) -> Any:
+        info = wait_blocking(self.database, operate.job_id_of(job_id), timeout)
+        if info.status is not JobStatus.COMPLETED:
+            raise JobFailed(info)
+        return info.result
 
     @contextmanager
     def _enqueue_span(self, job_type: str, count: int) -> Iterator[str | None]:
@@ -636,6 +698,31 @@ class App:
         the command line."""
         await schema.ensure_ready(self.database)
         return await self.drainer(options, **changes).drain(max_seconds=max_seconds)
+
+    # -- results -------------------------------------------------------------------------
+
+    @_schema_checked
+    async def wait(self, job_id: uuid.UUID | str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """The job's result as soon as it completes: woken by the completion's notification
+        (``cronlock.queue.waits``), not a polling loop. A job that ended ``failed`` or
+        ``cancelled`` raises ``JobFailed`` (its row as ``.job``: status, error, attempts);
+        no such job (or a deleted one) ``JobNotFound``; still running after ``timeout``
+        seconds, ``TimeoutError``. A job that has already ended answers at once."""
+        info = await self.wait_for_end(job_id, timeout=timeout)
+        if info.status is not JobStatus.COMPLETED:
+            raise JobFailed(info)
+        return info.result
+
+    async def wait_for_end(
+        self,
+        job_id: uuid.UUID | str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> operate.JobInfo:
+        """``wait``, answering the job's row however it ended instead of raising."""
+        if self._waits is None or self._waits.database is not self.database:
+            self._waits = Waits(self.database)
+        return await self._waits.wait(operate.job_id_of(job_id), timeout)
 
     # -- database ------------------------------------------------------------------------
 
@@ -812,5 +899,8 @@ class App:
         return await prune(self.database, self.retention, dry_run=dry_run, now=now)
 
     async def aclose(self) -> None:
+        if self._waits is not None:
+            await self._waits.close()
+            self._waits = None
         if self._database is not None:
             await self._database.dispose()

@@ -14,14 +14,19 @@ Outcomes are not exceptions: a skipped run, a failed item or a retried job is a 
     │   └── UnknownTask            ``run`` of a task that is not registered
     ├── JobError                  a job that cannot be enqueued (exit code 2; nothing written)
     │   ├── UnknownJobType         no handler registered for that job type
-    │   ├── InvalidPayload         a payload that is not JSON
+    │   ├── InvalidPayload         a payload that is not JSON, or does not fit its type's model
     │   └── InvalidJobOption       a negative delay, absurd max_retries, a bad queue name…
+    ├── JobFailed                 ``app.wait`` of a job that ended failed or cancelled (its ``job``)
+    ├── JobNotFound               no such job: never enqueued, or deleted (a LookupError)
     └── NoCurrentJob              ``current_job()`` called outside a job's handler (a LookupError)
 
 The docstring of each class is its default message.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "AppNotFound",
@@ -34,6 +39,8 @@ __all__ = [
     "InvalidJobOption",
     "InvalidPayload",
     "JobError",
+    "JobFailed",
+    "JobNotFound",
     "LockKeyCollision",
     "NoCurrentJob",
     "UnknownJobType",
@@ -92,11 +99,38 @@ class UnknownJobType(JobError):
 
 
 class InvalidPayload(JobError):
-    """The payload is not JSON."""
+    """The payload is not JSON, or does not fit its job type's model."""
+
+    def __init__(
+        self, message: str | None = None, errors: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """A payload that does not fit its type's model (``@app.job(..., payload=Model)``)
+        names the fields in its one line and carries them in ``errors``: one ``{"loc": [...],
+        "msg": ..., "type": ...}`` per field, the shape pydantic gives and ``POST /jobs``
+        answers with; ``errors`` is empty for every other payload error."""
+        super().__init__(message)
+        self.errors: list[dict[str, Any]] = [dict(error) for error in errors]
 
 
 class InvalidJobOption(JobError):
     """An option of the job is out of range."""
+
+
+class JobFailed(CronlockError):
+    """The awaited job did not complete: it failed for good or was cancelled."""
+
+    # ``job``: its row as it ended (a ``cronlock.JobInfo``): status, error, attempts.
+    def __init__(self, job: Any = None) -> None:
+        self.job = job
+        if job is None:
+            super().__init__()
+            return
+        error = job.error_message
+        super().__init__(f"job {job.id} {job.status}" + (f": {error}" if error else ""))
+
+
+class JobNotFound(CronlockError, LookupError):
+    """No such job: it was never enqueued, or it was deleted."""
 
 
 class NoCurrentJob(CronlockError, LookupError):

@@ -27,6 +27,7 @@ __all__ = [
     "WorkerState",
     "error_line",
     "first_line",
+    "iso",
     "root_cause",
 ]
 
@@ -137,7 +138,8 @@ def error_line(exc: BaseException) -> str:
     return f"{name}: {text.splitlines()[0][:MAX_MESSAGE_LENGTH]}" if text else name
 
 
-def _iso(moment: datetime | None) -> str | None:
+def iso(moment: datetime | None) -> str | None:
+    """A moment as the JSON reports give it (ISO 8601), None as None."""
     return None if moment is None else moment.isoformat()
 
 
@@ -188,9 +190,9 @@ class RunResult:
         return {
             "task": self.task,
             "status": self.status.value,
-            "slot": _iso(self.slot),
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(self.finished_at),
+            "slot": iso(self.slot),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
             "duration_ms": round(self.duration_ms, 3),
             "items_ok": self.items_ok,
             "items_failed": self.items_failed,

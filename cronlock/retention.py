@@ -35,6 +35,9 @@ from .errors import ConfigurationError, InvalidCron
 from .locks import lock_key, namespace_key
 from .outcome import JobStatus, RunStatus
 
+# A wait row older than this was left by a waiter that died (retention removes it).
+STALE_WAIT = timedelta(days=1)
+
 __all__ = ["DEFAULT_PRUNE_CRON", "PRUNE_TASK", "PruneResult", "Retention", "prune"]
 
 logger = logging.getLogger("cronlock.retention")
@@ -269,6 +272,9 @@ async def prune(
             # Cancel requests nobody settled (their job ended after its operator stopped
             # waiting), as old as the completed jobs retention removes.
             await conn.execute(sql.CANCEL_PRUNE, {"before": now - retention.completed})
+            # Waits a dead waiter left (a live one removes its own when it ends); a day is
+            # longer than any wait holds (GET ?wait= at most a minute).
+            await conn.execute(sql.WAIT_PRUNE, {"before": now - STALE_WAIT})
     finally:
         await lock.release()
     result = PruneResult(

@@ -84,7 +84,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "jobs": (
         ".operate",
         "jobs_group",
-        "Find jobs and act on them: list, show, retry, cancel, delete.",
+        "Find jobs and act on them: list, show, wait, retry, cancel, delete.",
     ),
     "list": (
         ".runs",

@@ -1,4 +1,4 @@
-"""Operating the queue from the shell: ``jobs list|show|retry|cancel|delete`` and
+"""Operating the queue from the shell: ``jobs list|show|wait|retry|cancel|delete`` and
 ``queue list|pause|resume|delete`` (``App.list_jobs``, ``App.retry_job``, ``App.pause_queue``, …).
 
 Every command takes ``--json`` (one JSON object on stdout) and the jobs' filters (``--status``,
@@ -11,7 +11,9 @@ found or in a status the verb does not act on (a running job cancelled too late:
 completed), or the question was answered no (or could not be asked); 2 usage or configuration
 error (one line, nothing changed); 3 partial: a change by filter left some matching jobs alone
 (running now, or their dedup key is held), the rest done, or a running job's cancel was
-requested but had not stopped it within ``--wait``.
+requested but had not stopped it within ``--wait``. ``jobs wait``: 0 the job completed (its
+result printed as JSON), 1 it failed, was cancelled or does not exist, 3 not ended within
+``--timeout``.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from typing import Any
 import click
 
 from ..app import App
-from ..errors import InvalidJobOption
+from ..errors import InvalidJobOption, JobNotFound
 from ..outcome import JobStatus
 from ..queue import control
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
-from ..queue.operate import ChangeOutcome, JobChange, JobFilter, JobsChanged
+from ..queue.operate import ChangeOutcome, JobChange, JobFilter, JobInfo, JobsChanged
 from . import render
 from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, Options, exit_with, pass_options, run
 
@@ -80,7 +82,7 @@ def _filter(
 
 @click.group("jobs")
 def jobs_group() -> None:
-    """Find jobs and act on them: list, show, retry, cancel, delete.
+    """Find jobs and act on them: list, show, wait, retry, cancel, delete.
 
     Exit codes: 0 done (or nothing matched), 1 nothing changed (the job is running, not
     found or in the wrong status; a bulk change not confirmed), 2 usage error, 3 partial (a
@@ -137,6 +139,45 @@ def show_job(options: Options, job_id: str, as_json: bool) -> None:
         return
     for line in render.job_lines(job):
         click.echo(line)
+
+
+@jobs_group.command("wait")
+@click.argument("job_id")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds to wait at most (exit 3 if the job has not ended by then).  [default: none]",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the job as one JSON object.")
+@pass_options
+def wait_job(options: Options, job_id: str, timeout: float | None, as_json: bool) -> None:
+    """Wait for a job to end; print its result. Exit 1 if it failed or was cancelled."""
+    app = options.load_app()
+    options.database(app)
+
+    async def waited() -> JobInfo | None:
+        try:
+            return await app.wait_for_end(job_id, timeout=timeout)
+        except TimeoutError:
+            return None
+
+    try:
+        job = run(waited, app)
+    except JobNotFound:
+        click.echo(f"no job {job_id}", err=True)
+        exit_with(EXIT_FAILED)
+    if job is None:
+        click.echo(f"job {job_id} has not ended after {timeout:g} s", err=True)
+        exit_with(EXIT_PARTIAL)
+    if as_json:
+        click.echo(json.dumps(job.to_dict()))
+    elif job.status is JobStatus.COMPLETED:
+        click.echo(json.dumps(job.result))
+    else:
+        click.echo(f"job {job.id} {job.status}: {job.error_message or ''}".rstrip(": "), err=True)
+    if job.status is not JobStatus.COMPLETED:
+        exit_with(EXIT_FAILED)
 
 
 def _wait_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -116,12 +116,12 @@ def enqueue(
     as_json: bool,
 ) -> None:
     """Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id."""
-    from ..queue.jobs import check_timeout, handler_for, parse_json
+    from ..queue.enqueue import prepare
+    from ..queue.jobs import handler_for, parse_json
 
     app = options.load_app()
     # Everything is checked before any connection is made: bad input writes nothing.
     handler_for(app.job_types, job_type, allow_unknown=allow_unknown)
-    check_timeout(timeout)
     if not app.knows(job_type):
         click.echo(
             render.warning(
@@ -132,6 +132,22 @@ def enqueue(
         )
     value = None if payload is None else parse_json(payload, "PAYLOAD")
     moment = _parse_run_at(run_at)
+    # Every check of the enqueue's, the payload's model included, before connecting.
+    prepare(
+        app.job_types,
+        job_type,
+        [value],
+        allow_unknown=allow_unknown,
+        max_retries=max_retries,
+        delay=delay,
+        run_at=moment,
+        priority=priority,
+        queue=queue,
+        dedup_keys=None if dedup_key is None else [dedup_key],
+        concurrency_keys=None if concurrency_key is None else [concurrency_key],
+        concurrency_limit=concurrency_limit,
+        timeout=timeout,
+    )
     database = options.database(app)
 
     async def go() -> Enqueued:

@@ -2,9 +2,9 @@
 
 Every endpoint belongs to a surface: ``writes`` (``POST /jobs``, the operator's retry, cancel,
 delete, pause and resume of queues and tasks, a task's run-now), ``reads`` (``GET /jobs``,
-``GET /jobs/{id}``, ``GET /queues``, ``GET /runs``, ``GET /tasks/{name}/parked``, and the
-dashboard to come), ``metrics`` and ``healthz``. ``Access`` is the policy:
-the token (``CRONLOCK_API_TOKEN``) opens every surface, the read token
+``GET /jobs/{id}``, ``GET /job-types``, ``GET /queues``, ``GET /runs``,
+``GET /tasks/{name}/parked``, and the dashboard to come), ``metrics`` and ``healthz``.
+``Access`` is the policy: the token (``CRONLOCK_API_TOKEN``) opens every surface, the read token
 (``CRONLOCK_API_READ_TOKEN``) every surface but writes, and the surfaces named public
 (``CRONLOCK_API_PUBLIC``, by default ``healthz``, which a load balancer probes without a token)
 need none. With no token configured at all, every surface is open to anyone: fine on a laptop,

@@ -24,6 +24,8 @@ from ..errors import (
     CronlockError,
     DatabaseUnavailable,
     InvalidJobOption,
+    InvalidPayload,
+    JobNotFound,
     UnknownTask,
 )
 from ..outcome import JobStatus, RunResult
@@ -118,6 +120,22 @@ class EnqueueResponse(BaseModel):
     created: bool
     detail: str
     warning: str | None = None
+
+
+class JobTypeView(BaseModel):
+    """A job type this app enqueues: its defaults, whether this app has its handler (else it
+    is only declared), and the JSON Schema of its payload and of its result (null: any JSON
+    object, any JSON) for a producer in another language to check what it sends."""
+
+    job_type: str
+    queue: str
+    max_retries: int
+    concurrency_limit: int | None
+    handled: bool
+    payload_model: str | None
+    payload_schema: dict[str, Any] | None
+    result_model: str | None
+    result_schema: dict[str, Any] | None
 
 
 class JobView(BaseModel):
@@ -243,6 +261,8 @@ TaskName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
 
 # The longest an HTTP cancel waits for a running job to stop (a client's request timeout).
 MAX_CANCEL_WAIT = 60.0
+# The longest GET /jobs/{id}?wait= holds a request (a long-poll: the client asks again).
+MAX_WAIT = 60.0
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -308,6 +328,13 @@ def create_router(
             )
         except DatabaseUnavailable:
             raise  # a 503 (GuardedRoute), not the request's fault
+        except InvalidPayload as exc:
+            if not exc.errors:
+                raise HTTPException(422, str(exc)) from None
+            # A typed payload's fields, where a client looks for them: as a body's own.
+            errors = [{**error, "loc": ["body", "payload", *error["loc"]]} for error in exc.errors]
+            refused = ErrorBody(detail=str(exc), errors=errors)
+            return JSONResponse(refused.model_dump(), status_code=422)
         except CronlockError as exc:
             raise HTTPException(422, str(exc)) from None
         warning = (
@@ -506,6 +533,45 @@ def create_router(
             raise HTTPException(404, str(exc)) from None
         return [FailingItemView.model_validate(item.to_dict()) for item in found]
 
+    def _job_type(name: str) -> JobTypeView:
+        defaults = app.job_types[name]
+        handler = app.handlers.get(name)
+        payload = defaults.payload_model
+        result = defaults.result_model
+        return JobTypeView(
+            job_type=name,
+            queue=defaults.queue,
+            max_retries=defaults.max_retries,
+            concurrency_limit=defaults.concurrency_limit,
+            handled=handler is not None,
+            payload_model=None if payload is None else payload.name,
+            payload_schema=None if payload is None else payload.json_schema(),
+            result_model=None if result is None else result.name,
+            result_schema=None if result is None else result.json_schema(),
+        )
+
+    @router.get(
+        "/job-types",
+        response_model=list[JobTypeView],
+        **guarded("reads"),
+        summary="The job types this app enqueues, with their payloads' JSON Schema",
+    )
+    async def list_job_types() -> list[JobTypeView]:
+        return [_job_type(name) for name in sorted(app.job_types)]
+
+    @router.get(
+        "/job-types/{job_type}",
+        response_model=JobTypeView,
+        **guarded("reads", 404, 422),
+        summary="A job type, with its payload's JSON Schema",
+    )
+    async def get_job_type(
+        job_type: Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)],
+    ) -> JobTypeView:
+        if job_type not in app.job_types:
+            raise HTTPException(404, f"no job type {job_type!r} in this app")
+        return _job_type(job_type)
+
     @router.get("/queues", response_model=list[QueueView], **guarded("reads"), summary="Queues")
     async def list_queues() -> list[QueueView]:
         found: list[QueueInfo] = await app.queues()
@@ -514,7 +580,25 @@ def create_router(
     @router.get(
         "/jobs/{job_id}", response_model=JobView, **guarded("reads", 404, 422), summary="A job"
     )
-    async def get_job(job_id: Annotated[uuid.UUID, Path()]) -> JobView:
+    async def get_job(
+        job_id: Annotated[uuid.UUID, Path()],
+        wait: Annotated[
+            float | None,
+            Query(
+                ge=0,
+                le=MAX_WAIT,
+                description="Seconds to wait for the job to end (long-poll): the answer comes "
+                "as soon as it completes, fails or is cancelled, or after that long as it is.",
+            ),
+        ] = None,
+    ) -> JobView:
+        if wait:
+            try:
+                await app.wait_for_end(job_id, timeout=wait)
+            except TimeoutError:
+                pass  # answered as it is now: the client reads its status
+            except JobNotFound:
+                raise HTTPException(404, f"no job {job_id}") from None
         async with app.database.connect() as conn:
             row = (await conn.execute(sql.JOB_GET, {"id": job_id})).mappings().first()
         if row is None:

@@ -14,7 +14,6 @@ a handler or declaration in the app.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -23,6 +22,7 @@ from ..app import App
 from ..periodic import backlog
 from ..periodic.task import PeriodicTask
 from .serving import COUNT_CAP, capped_counts, is_unserved, live_active
+from .status import streak
 
 __all__ = [
     "COUNT_CAP",
@@ -123,15 +123,6 @@ class Overview:
     drainers: tuple[Drainer, ...] = field(default=())
 
 
-def _streak(statuses: Iterable[str], status: str) -> int:
-    count = 0
-    for each in statuses:
-        if each != status:
-            break
-        count += 1
-    return count
-
-
 async def collect_overview(app: App, *, now: datetime | None = None) -> Overview:
     """Every task (registered, or with rows in ``runs``) and every queue (with jobs, paused,
     drained, or handled by ``app``), at ``now`` (default: the clock)."""
@@ -176,8 +167,8 @@ async def collect_overview(app: App, *, now: datetime | None = None) -> Overview
                 last_status=None if last is None else last.status,
                 last_started_at=None if last is None else last.started_at,
                 last_success=None if last is None else last.last_success,
-                consecutive_failures=_streak((s for s, _ in recent), "failed"),
-                consecutive_misses=_streak((s for s, _ in recent), "missed"),
+                consecutive_failures=streak((s for s, _ in recent), "failed"),
+                consecutive_misses=streak((s for s, _ in recent), "missed"),
                 overdue=overdue.get(name),
                 lateness_last_ms=lateness[0] if lateness else None,
                 lateness_mean_ms=sum(lateness) / len(lateness) if lateness else None,

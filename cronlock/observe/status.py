@@ -17,7 +17,8 @@ not complete, due jobs, jobs finished in the last quarter of an hour, or a pause
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from .serving import COMPLETED_CAP, capped_counts, is_unserved, live_active
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-__all__ = ["collect"]
+__all__ = ["collect", "streak"]
 
 
 def _jsonable(value: Any) -> Any:
@@ -114,14 +115,9 @@ _NO_HEALTH: dict[str, Any] = {
 }
 
 
-def _streak(statuses: list[str], status: str) -> int:
-    """How many of the newest outcomes in a row have ``status``."""
-    count = 0
-    for each in statuses:
-        if each != status:
-            break
-        count += 1
-    return count
+def streak(statuses: Iterable[str], status: str) -> int:
+    """How many of the newest outcomes in a row have ``status`` (status and the dashboard)."""
+    return sum(1 for _ in itertools.takewhile(lambda each: each == status, statuses))
 
 
 async def _slot_health(conn: AsyncConnection, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -150,8 +146,8 @@ async def _slot_health(conn: AsyncConnection, names: list[str]) -> dict[str, dic
         ][:10]
         health[task] = {
             "last_success": _jsonable(last_success.get(task)),
-            "consecutive_failures": _streak(statuses, "failed"),
-            "consecutive_misses": _streak(statuses, "missed"),
+            "consecutive_failures": streak(statuses, "failed"),
+            "consecutive_misses": streak(statuses, "missed"),
             "recent_lateness_ms": None
             if not lateness
             else {

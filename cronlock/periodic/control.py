@@ -25,7 +25,7 @@ from .. import sql
 from ..database import Database
 from ..errors import UnknownTask
 from ..observe.tracehooks import Tracer
-from ..outcome import RunResult
+from ..outcome import RunResult, iso
 from .run import execute
 from .task import PeriodicTask
 
@@ -44,10 +44,6 @@ def operator() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
 @dataclass(frozen=True)
 class TaskState:
     """A task's pause: whether it is paused now, since when and by whom, and whether the call
@@ -63,7 +59,7 @@ class TaskState:
         return {
             "task": self.name,
             "paused": self.paused,
-            "paused_at": _iso(self.paused_at),
+            "paused_at": iso(self.paused_at),
             "paused_by": self.paused_by,
             "changed": self.changed,
         }
@@ -93,9 +89,9 @@ class FailingItem:
             "parked": self.parked,
             "failures": self.failures,
             "error": self.error,
-            "first_failed_at": _iso(self.first_failed_at),
-            "last_failed_at": _iso(self.last_failed_at),
-            "parked_at": _iso(self.parked_at),
+            "first_failed_at": iso(self.first_failed_at),
+            "last_failed_at": iso(self.last_failed_at),
+            "parked_at": iso(self.parked_at),
         }
 
 

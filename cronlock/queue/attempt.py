@@ -11,7 +11,10 @@ transaction, so if it fails after that, only dropping the whole transaction keep
 from staying: the attempt raises ``LostLease``, as when the connection was cut or a savepoint
 could not be rolled back. The attempt's outcome is a value (``complete.py``): the handler's
 result, or the ``JobCancel``/``JobSnooze`` it returned (``handling.py``), whose writes commit
-as a result's do. Around the handler the job is ``current_job()``'s.
+as a result's do. Around the handler the job is ``current_job()``'s. A typed job type's
+payload is loaded into its model here, once per attempt, for every mode; a row that does not
+fit fails the attempt with the fields named (``payloads.py``), and a typed result is checked
+against its model before it is stored.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Protocol, cast
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
+from ..errors import InvalidPayload
 from ..observe.tracehooks import Tracer
 from ..outcome import JobStatus, error_line
 from ..pg import connection_lost, session_has_pending, session_untouched
@@ -147,6 +151,15 @@ class Attempts:
             return self.failed(
                 job, f"no handler registered for job type {job.job_type!r}", started, None
             )
+        payload = job.payload
+        if handler.payload_model is not None:
+            # Once per attempt, in every mode: a row that no longer fits the model (it changed
+            # since the job was enqueued, or plain SQL wrote it) is this job's failed attempt.
+            try:
+                payload = handler.payload_model.load(payload, "its payload")
+            except Exception as exc:
+                error = str(exc) if isinstance(exc, InvalidPayload) else _unloadable(exc, handler)
+                return self.failed(job, error, started, handler)
         # The session needs no close(): its transaction always ends here (committed or rolled
         # back) and it is dropped with the attempt; closing costs more than a no-op job. A
         # session the previous handler left untouched is as good as new: it is reused.
@@ -161,10 +174,10 @@ class Attempts:
             try:
                 limit = handler.timeout if job.timeout is None else job.timeout
                 if limit is None:
-                    value = await self._call(handler, session, job.payload)
+                    value = await self._call(handler, session, payload)
                 else:
                     async with asyncio.timeout(limit):
-                        value = await self._call(handler, session, job.payload)
+                        value = await self._call(handler, session, payload)
             except BaseException as exc:
                 # An operator's cancel is the scope's own cancellation: any other (the
                 # drainer's abort) goes on.
@@ -176,6 +189,8 @@ class Attempts:
                 result = None
             elif isinstance(value, JobCancel | JobSnooze):
                 result, directed = None, value
+            elif handler.result_model is not None:
+                result = handler.result_model.dump(value, "the handler's result")
             else:
                 result = to_json(value, "the handler's result")
             sync = cast(JobSession, session.sync_session)
@@ -304,6 +319,13 @@ class Attempts:
             extra={"action": "job_failed", "queue": self.queue, "job_id": str(job.id)},
         )
         return outcome
+
+
+def _unloadable(exc: Exception, handler: Handler) -> str:
+    """A model that raised something else than a validation error loading a payload (a
+    validator's own exception, a dataclass's ``__post_init__``)."""
+    assert handler.payload_model is not None
+    return f"its payload could not be loaded as {handler.payload_model.name}: {error_line(exc)}"
 
 
 def _describe(exc: BaseException, handler: Handler, job: Job | None = None) -> str:

@@ -33,6 +33,7 @@ from .. import sql
 from ..database import Database
 from ..errors import InvalidJobOption
 from ..observe.serving import COMPLETED_CAP, capped_counts, is_unserved, live_active
+from ..outcome import iso
 from ..sql.tables import jobs_channel
 from .jobs import check_queue
 
@@ -50,10 +51,6 @@ __all__ = [
 ]
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
 @dataclass(frozen=True)
 class QueueState:
     """A queue after ``pause`` or ``resume``: whether it is paused now (since when), and
@@ -68,7 +65,7 @@ class QueueState:
         return {
             "queue": self.name,
             "paused": self.paused,
-            "paused_at": _iso(self.paused_at),
+            "paused_at": iso(self.paused_at),
             "changed": self.changed,
         }
 
@@ -113,7 +110,7 @@ class QueueInfo:
         return {
             "queue": self.name,
             "paused": self.paused,
-            "paused_at": _iso(self.paused_at),
+            "paused_at": iso(self.paused_at),
             "counts": dict(self.counts),
             "counts_capped": list(self.counts_capped),
             "due": self.due,

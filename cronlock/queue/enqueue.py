@@ -1,9 +1,10 @@
 """Enqueueing: validate everything, then write with one statement.
 
 Enqueueing validates everything before writing (a registered or declared type, unless the
-caller allows an unknown one, a JSON payload, options in range) and then writes with one
-statement in the transaction the caller gives, so the job
-commits or rolls back with the caller's own work; many jobs take the same single statement.
+caller allows an unknown one, a JSON payload that fits the type's model if it has one,
+options in range) and then writes with one statement in the transaction the caller gives, so
+the job commits or rolls back with the caller's own work; many jobs take the same single
+statement.
 Given the ``Database`` instead of a transaction, the statement is sent alone on a pooled
 connection and commits by itself: one round trip per job, the fast path for one at a time.
 A dedup key makes a second *waiting* job with that key a no-op that returns the first one's id
@@ -137,10 +138,13 @@ def prepare(
         priority=priority,
         queue=queue,
     )
+    # A typed job type's model checks each payload (queue/payloads.py); else a JSON object.
+    model = handler.payload_model
+    dump = to_payload if model is None else model.dump
     if len(payloads) == 1:
-        texts = [to_payload(payloads[0], "the payload")]
+        texts = [dump(payloads[0], "the payload")]
     else:
-        texts = [to_payload(payload, f"payload {i}") for i, payload in enumerate(payloads)]
+        texts = [dump(payload, f"payload {i}") for i, payload in enumerate(payloads)]
     keys = check_dedup_keys(dedup_keys, len(texts))
     limited, limits = check_concurrency(handler, concurrency_keys, concurrency_limit, len(texts))
     if not texts:

@@ -41,6 +41,7 @@ __all__ = [
     "JobHandler",
     "JobOptions",
     "JobType",
+    "PayloadModel",
     "check_concurrency",
     "check_concurrency_limit",
     "check_dedup_keys",
@@ -99,6 +100,27 @@ class Backoff:
         return max(raw, 0.0)
 
 
+class PayloadModel(Protocol):
+    """A job type's model of its payloads or of its results (``@app.job(payload=Model,
+    result=Model)``): a pydantic model's or a dataclass's (``queue.payloads``)."""
+
+    @property
+    def cls(self) -> type[Any]: ...
+    @property
+    def name(self) -> str: ...
+
+    def dump(self, value: Any, what: str) -> str:
+        """``value`` (an instance, a mapping, or None) as the JSON text to store; an
+        InvalidPayload naming ``what`` and the fields that do not fit."""
+        ...
+
+    def load(self, value: Any, what: str) -> Any:
+        """A stored JSON value as the model; an InvalidPayload when it does not fit."""
+        ...
+
+    def json_schema(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Handler:
     """A registered handler and its per-type options."""
@@ -115,6 +137,9 @@ class Handler:
     # Jobs of this type with a concurrency key: at most this many with one key run at once.
     concurrency_limit: int | None = None
     threaded: bool = False  # a plain def: run in the drainer's thread pool (threads.py)
+    # What the handler receives (the stored payload, loaded) and returns: None, JSON as is.
+    payload_model: PayloadModel | None = None
+    result_model: PayloadModel | None = None
 
 
 class JobDefaults(Protocol):
@@ -129,6 +154,10 @@ class JobDefaults(Protocol):
     def max_retries(self) -> int: ...
     @property
     def concurrency_limit(self) -> int | None: ...
+    @property
+    def payload_model(self) -> PayloadModel | None: ...
+    @property
+    def result_model(self) -> PayloadModel | None: ...
 
 
 @dataclass(frozen=True)
@@ -141,6 +170,8 @@ class JobType:
     queue: str = DEFAULT_QUEUE
     max_retries: int = 3
     concurrency_limit: int | None = None
+    payload_model: PayloadModel | None = None
+    result_model: PayloadModel | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

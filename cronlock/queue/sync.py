@@ -14,10 +14,15 @@ differs (``runner_for``):
 
 Nothing here commits: outside a transaction (psycopg in autocommit, Django outside
 ``atomic()``) each statement commits on its own, as that client's own writes do.
+
+``wait_blocking`` is ``App.wait`` for sync code: the one async engine's wait, in an event loop
+of its own on a Database of its own (an app's pool belongs to the loop it was made in). With
+the command line's, it is the one place cronlock starts an event loop: sync code's edge.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -28,13 +33,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement, Executable
 
-from ..errors import InvalidJobOption
+from ..database import Database
+from ..errors import ConfigurationError, InvalidJobOption
 from ..pg import PyformatStatement, rows_of
 from ..sql.tables import SCHEMA
 from .enqueue import EnqueueOptions, NewJobs, insert_plan, prepare
 from .jobs import Enqueued, JobDefaults
+from .operate import JobInfo
+from .waits import Waits
 
-__all__ = ["SyncClient", "SyncEnqueue", "enqueue_many", "runner_for"]
+__all__ = ["SyncApi", "SyncClient", "enqueue_many", "runner_for", "wait_blocking"]
 
 # psycopg.Connection, psycopg2's connection, Django's connection, or SQLAlchemy's sync
 # Session or Connection: told apart at the call (runner_for), none of them imported here.
@@ -164,12 +172,23 @@ def _text(value: Any) -> Any:
     return value
 
 
-class SyncEnqueue:
-    """``app.sync``: an app's enqueue for sync code, in the caller's transaction (see the
-    module docstring). The same options, checks and errors as ``App.enqueue_tx``."""
+class SyncApi:
+    """``app.sync``: an app's calls for sync code. Its enqueue is in the caller's transaction
+    (see the module docstring), with the options, checks and errors of ``App.enqueue_tx``;
+    its ``wait`` is ``App.wait``'s twin."""
 
-    def __init__(self, enqueue: Callable[..., list[Enqueued]]) -> None:
+    def __init__(
+        self,
+        enqueue: Callable[..., list[Enqueued]],
+        wait: Callable[[uuid.UUID | str, float | None], Any],
+    ) -> None:
         self._enqueue = enqueue
+        self._wait = wait
+
+    def wait(self, job_id: uuid.UUID | str, *, timeout: float | None = None) -> Any:
+        """``App.wait`` from sync code (not in a running event loop): the job's result as soon
+        as it completes; ``JobFailed``, ``JobNotFound`` or ``TimeoutError`` as ``wait``'s."""
+        return self._wait(job_id, timeout)
 
     def enqueue_tx(
         self,
@@ -214,3 +233,25 @@ class SyncEnqueue:
             concurrency_keys=concurrency_keys,
             **options,
         )
+
+
+def wait_blocking(database: Database, job_id: uuid.UUID, timeout: float | None) -> JobInfo:
+    """The job's row once it has ended, from sync code (see the module docstring); refused in
+    one line inside a running event loop, where ``await app.wait`` is the way."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise ConfigurationError("app.sync.wait called in a running event loop: await app.wait")
+
+    async def waited() -> JobInfo:
+        own = Database(database.url, schema=database.schema, pgbouncer=database.pgbouncer)
+        waits = Waits(own)
+        try:
+            return await waits.wait(job_id, timeout)
+        finally:
+            await waits.close()
+            await own.dispose()
+
+    return asyncio.run(waited())

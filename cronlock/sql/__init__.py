@@ -1,7 +1,8 @@
 """Every SQL statement cronlock issues, named, parameterised, in one place: this package.
 
 Statements are SQLAlchemy Core built from the tables (``tables.py``), one module per table
-(``jobs``, ``runs``, ``workers``, ``queues``, ``tasks``) plus the advisory locks (``locks``),
+(``jobs``, ``runs``, ``workers``, ``queues``, ``tasks``, ``waits``) plus the advisory locks
+(``locks``),
 the item savepoints' verbs (``savepoints``), alembic's version table (``migrations``) and
 histogram buckets computed in SQL (``histograms``); ``cronlock bench``'s are
 ``cronlock_bench.sql``, held to the same rules. Values are bound parameters and the schema is
@@ -24,6 +25,7 @@ from . import (
     runs,
     savepoints,
     tasks,
+    waits,
     workers,
 )
 from .cancels import *  # noqa: F403
@@ -36,6 +38,7 @@ from .rollups import *  # noqa: F403
 from .runs import *  # noqa: F403
 from .savepoints import *  # noqa: F403
 from .tasks import *  # noqa: F403
+from .waits import *  # noqa: F403
 from .workers import *  # noqa: F403
 
 # Each module's statements (its __all__), and the latency buckets.
@@ -49,4 +52,5 @@ __all__ += rollups.__all__
 __all__ += runs.__all__
 __all__ += savepoints.__all__
 __all__ += tasks.__all__
+__all__ += waits.__all__
 __all__ += workers.__all__

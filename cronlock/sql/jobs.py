@@ -63,6 +63,7 @@ __all__ = [
     "JOB_DELETE",
     "JOB_FINISH_MANY",
     "JOB_GET",
+    "JOB_GET_COLUMNS",
     "JOB_INSERT_MANY",
     "JOB_INSERT_MANY_TRACED",
     "JOB_INSERT_ONE",
@@ -94,6 +95,7 @@ __all__ = [
     "JOB_RETRY",
     "JOB_STATES",
     "JOB_STATUS_SETTLED",
+    "JOB_TASK_RESULT",
     "JOB_TOTALS",
     "job_candidates",
     "job_completed_page",
@@ -936,7 +938,28 @@ _cancel_requested_at = (
     .label("cancel_requested_at")
 )
 
-JOB_GET = select(jobs, _cancel_requested_at).where(jobs.c.id == bindparam("id", type_=Uuid))
+# A job's whole row, and an operator's open cancel request of it (JOB_GET, WAIT_JOBS).
+JOB_GET_COLUMNS = (jobs, _cancel_requested_at)
+JOB_GET = select(*JOB_GET_COLUMNS).where(jobs.c.id == bindparam("id", type_=Uuid))
+
+# What a Django task's result is read from (cronlock.contrib.django, on Django's own
+# connection): the JSON columns as text, which every sync driver returns alike (Django's
+# psycopg connections hand jsonb back undecoded; a bare psycopg decodes it).
+JOB_TASK_RESULT = select(
+    jobs.c.id,
+    jobs.c.job_type,
+    jobs.c.queue,
+    jobs.c.priority,
+    jobs.c.status,
+    cast(jobs.c.payload, Text).label("payload"),
+    cast(jobs.c.result, Text).label("result"),
+    cast(jobs.c.error_history, Text).label("error_history"),
+    jobs.c.retry_count,
+    jobs.c.created_at,
+    jobs.c.run_at,
+    jobs.c.started_at,
+    jobs.c.completed_at,
+).where(jobs.c.id == bindparam("id", type_=Uuid))
 
 _job_latency = func.extract("epoch", jobs.c.completed_at - jobs.c.created_at)
 _completed = jobs.c.status == literal_column("'completed'")

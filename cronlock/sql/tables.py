@@ -47,6 +47,8 @@ from .histograms import LATENCY_BUCKETS
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "JOBS_ENDED_FUNCTION",
+    "JOBS_ENDED_TRIGGER",
     "JOBS_NOTIFY_FUNCTION",
     "JOBS_NOTIFY_TRIGGER",
     "JOB_DEDUP_PREDICATE",
@@ -69,9 +71,11 @@ __all__ = [
     "WORKER_STATES",
     "cancel_channel",
     "cancel_requests",
+    "ended_channel",
     "failing_items",
     "in_list",
     "job_totals",
+    "job_waits",
     "jobs",
     "jobs_channel",
     "metadata",
@@ -353,6 +357,48 @@ cancel_requests = Table(
 def cancel_channel(schema: str) -> str:
     """The LISTEN/NOTIFY channel of a schema's cancel requests (the payload is the job id)."""
     return f"{schema}.cancel"[:63]
+
+
+# One row per wait for a job's end (app.wait, GET /jobs/{id}?wait=, `cronlock jobs wait`;
+# migration 0017), removed when the wait ends; one a dead waiter left behind goes with
+# retention. Its only reader is the jobs_ended trigger below: a completion notifies only the
+# jobs somebody waits for, so no commit of a job nobody awaits takes NOTIFY's commit lock.
+job_waits = Table(
+    "job_waits",
+    metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("job_id", Uuid, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_job_waits_job_id", "job_id"),
+)
+
+
+def ended_channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's awaited job ends (the payload is the job id)."""
+    return f"{schema}.ended"[:63]
+
+
+# A statement-level trigger on every UPDATE of jobs (transition tables take no column list):
+# when somebody waits (job_waits is not empty: one probe per statement, the whole cost when
+# nobody does), one notification per awaited job the statement finished, delivered at commit.
+JOBS_ENDED_FUNCTION = """\
+CREATE OR REPLACE FUNCTION %(schema)s.jobs_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT FROM %(schema)s.job_waits) THEN
+        PERFORM pg_notify(left(TG_TABLE_SCHEMA || '.ended', 63), CAST(e.id AS text))
+        FROM ended_jobs AS e
+        WHERE e.status IN ('completed', 'failed', 'cancelled')
+          AND EXISTS (SELECT FROM %(schema)s.job_waits AS w WHERE w.job_id = e.id);
+    END IF;
+    RETURN NULL;
+END
+$$"""
+JOBS_ENDED_TRIGGER = """\
+CREATE OR REPLACE TRIGGER jobs_ended AFTER UPDATE ON %(fullname)s
+REFERENCING NEW TABLE AS ended_jobs FOR EACH STATEMENT EXECUTE FUNCTION %(schema)s.jobs_ended()"""
+# On jobs' creation, as jobs_notify is (plpgsql resolves job_waits when the trigger first runs).
+event.listen(jobs, "after_create", DDL(JOBS_ENDED_FUNCTION))  # type: ignore[no-untyped-call]
+event.listen(jobs, "after_create", DDL(JOBS_ENDED_TRIGGER))  # type: ignore[no-untyped-call]
 
 
 runs = Table(

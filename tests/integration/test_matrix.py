@@ -27,7 +27,8 @@ from matrix import CELLS, MATRIX, Cell, KnownBroken, Refused
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from sqlalchemy import func, select, text
+from pydantic import BaseModel
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 from waiting import Gate, ended_within, eventually
@@ -40,16 +41,39 @@ from cronlock import (
     Database,
     DrainResult,
     Enqueued,
+    InvalidPayload,
     JobCancel,
+    JobFailed,
     JobSnooze,
     RunStatus,
     UnknownJobType,
 )
+from cronlock.queue import waits
 from cronlock.queue.drainer import Drainer
 from cronlock.sql.tables import jobs
 from cronlock.tracing import instrument
 
 QUEUE = "default"
+
+
+class Greeting(BaseModel):
+    """The typed rows' pydantic payload (with a typed result, ``Greeted``)."""
+
+    name: str
+    at: datetime
+    times: int = 1
+
+
+class Greeted(BaseModel):
+    text: str
+
+
+@dataclass
+class Shape:
+    """The typed rows' dataclass payload, for a plain def handler."""
+
+    sides: int
+    label: str | None = None
 
 
 class Meeting:
@@ -90,6 +114,7 @@ class Lab:
     snoozed: set[str] = field(default_factory=set)
     meetings: dict[str, Meeting] = field(default_factory=dict)
     never: asyncio.Event = field(default_factory=asyncio.Event)
+    received: list[Any] = field(default_factory=list)  # what the typed handlers were given
 
     def gate(self, key: str) -> Gate:
         return self.gates.setdefault(key, Gate())
@@ -214,6 +239,20 @@ def _install(lab: Lab) -> None:
         if payload.get("fail"):
             raise RuntimeError("failed after its write")
         return {"wrote": payload["key"]}
+
+    @app.job("typed", max_retries=0, payload=Greeting, result=Greeted)
+    async def typed(_session: AsyncSession, payload: Greeting) -> Greeted:
+        lab.received.append(payload)
+        return Greeted(text=f"hello {payload.name} x{payload.times}")
+
+    @app.job("typed_plain", max_retries=0, payload=Shape)
+    def typed_plain(session: Session, payload: Shape) -> Any:
+        lab.received.append(payload)
+        session.execute(
+            text("INSERT INTO matrix_log VALUES (:job, :run)"),
+            {"job": f"shape-{payload.sides}", "run": "1"},
+        )
+        return {"sides": payload.sides}
 
     @app.job("results")
     async def results(_session: AsyncSession, payload: Any) -> Any:
@@ -668,6 +707,82 @@ async def results_round_trip(lab: Lab) -> None:
     assert date.fromisoformat(row["result"]["day"]) == date(2026, 12, 2)
 
 
+async def wait_for_results(lab: Lab) -> None:
+    # app.wait wakes on the completion's notification alone (the safety read is put off for
+    # an hour), returns the result, and raises a failed job's error.
+    waits.SAFETY_INTERVAL = 3600.0
+    try:
+        done = await lab.enqueue("results", {"price": Decimal("1"), "on": date(2026, 1, 1)})
+        failed = await lab.enqueue("fails", {}, max_retries=0)
+        waiting = asyncio.gather(
+            lab.app.wait(done, timeout=30), lab.app.wait(failed, timeout=30), return_exceptions=True
+        )
+        await eventually(lambda: _wait_rows(lab.database, 2))  # both waits registered
+        async with _working(lab.drainer()):
+            result, error = await waiting
+        assert isinstance(result, dict) and result["amount"] == "12.30"
+        assert isinstance(error, JobFailed) and error.job.status == "failed"
+        assert await _wait_rows(lab.database, 0)  # every wait removed its row
+    finally:
+        waits.SAFETY_INTERVAL = 1.0
+
+
+async def _wait_rows(database: Database, count: int) -> bool:
+    async with database.connect() as conn:
+        found = await conn.scalar(text("SELECT count(*) FROM cronlock.job_waits"))
+    return bool(found == count)
+
+
+async def typed_payload(lab: Lab) -> None:
+    at = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+    with pytest.raises(InvalidPayload) as refused:
+        await lab.enqueue("typed", {"name": "a", "at": "soon"})
+    assert [error["loc"] for error in refused.value.errors] == [["at"]]
+    assert str(refused.value).startswith("the payload does not fit Greeting: at: ")
+    assert await job_rows(lab.database) == []  # refused before anything was written
+    first = await lab.enqueue("typed", Greeting(name="a", at=at))
+    second = await lab.enqueue("typed", {"name": "b", "at": at.isoformat(), "times": 2})
+    shape = await lab.enqueue("typed_plain", Shape(3))
+    assert (await lab.drain()).stats["processed"] == 3
+    assert sorted(lab.received, key=repr) == sorted(
+        [Greeting(name="a", at=at), Greeting(name="b", at=at, times=2), Shape(3)], key=repr
+    )
+    assert (await lab.row(first))["result"] == {"text": "hello a x1"}
+    assert (await lab.row(second))["result"] == {"text": "hello b x2"}
+    assert (await lab.row(shape))["result"] == {"sides": 3}
+    assert await lab.log() == [("shape-3", "1")]  # the def handler's write, with its job
+
+
+async def typed_stale_row(lab: Lab) -> None:
+    # Rows the models no longer take (as from before a model change, or written by plain SQL).
+    async with lab.database.engine.begin() as conn:
+        rows = await conn.execute(
+            insert(jobs).returning(jobs.c.id),
+            [
+                {"job_type": "typed", "payload": {"name": "a"}, "max_retries": 0},
+                {"job_type": "typed_plain", "payload": {"sides": "three"}, "max_retries": 0},
+            ],
+        )
+        stale, stale_plain = rows.scalars().all()
+    good = await lab.enqueue("typed", Greeting(name="c", at=datetime.now(UTC)))
+    result = await lab.drain()  # the worker goes on: its drain ends, no error
+    assert (result.stats["processed"], result.stats["failed"]) == (1, 2), result.stats
+    row = await lab.row(stale)
+    assert (row["status"], row["error_message"]) == (
+        "failed",
+        "its payload does not fit Greeting: at: Field required",
+    )
+    assert len(row["error_history"]) == 1
+    row = await lab.row(stale_plain)
+    assert (row["status"], row["error_message"]) == (
+        "failed",
+        "its payload does not fit Shape: sides: Input should be a valid integer (got str)",
+    )
+    assert await lab.status(good) == "completed"
+    assert [type(payload) for payload in lab.received] == [Greeting]  # no stale one ran
+    assert await lab.log() == []
+
+
 Scenario = Callable[[Lab], Awaitable[None]]
 
 SCENARIOS: dict[str, Scenario] = {
@@ -692,6 +807,9 @@ SCENARIOS: dict[str, Scenario] = {
     "a plain def handler: its writes commit with its job": plain_def_handler,
     "an unknown job type": unknown_job_type,
     "results: Decimal and dates": results_round_trip,
+    "app.wait: woken by the completion": wait_for_results,
+    "typed payload: the handler receives the model": typed_payload,
+    "typed payload: a stored payload that no longer fits fails its attempt": typed_stale_row,
 }
 
 

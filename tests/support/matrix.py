@@ -109,6 +109,9 @@ MATRIX: Final[Mapping[str, Mapping[Cell, Expectation]]] = {
     "a plain def handler: its writes commit with its job": every(),
     "an unknown job type": every(),
     "results: Decimal and dates": every(),
+    "app.wait: woken by the completion": every(),
+    "typed payload: the handler receives the model": every(),
+    "typed payload: a stored payload that no longer fits fails its attempt": every(),
 }
 
 

@@ -22,8 +22,11 @@ from cronlock import schema
 from cronlock.cli import COMMANDS, cli
 
 # What only some commands need: migrating (alembic, with mako and pygments), serving (FastAPI,
-# Starlette, uvicorn, Jinja2 and the dashboard), metrics, tracing, and the benchmark.
+# Starlette, uvicorn, Jinja2 and the dashboard), metrics, tracing, the benchmark, and pydantic
+# (an app's typed payloads, if they are pydantic models).
 NEEDED_BY_SOME = (
+    "pydantic",
+    "pydantic_core",
     "alembic",
     "mako",
     "pygments",
@@ -74,6 +77,41 @@ def test_a_run_imports_the_app_and_no_extra(database_url: str) -> None:
     assert code == 0
     assert {"sqlalchemy", "cronlock.app", "cronlock.periodic.run"} <= modules
     assert unneeded(modules) == set()
+
+
+def test_typed_payloads_of_dataclasses_load_no_pydantic() -> None:
+    # import cronlock, an App, a dataclass payload checked at enqueue: pydantic stays unloaded.
+    script = """
+import sys
+from dataclasses import dataclass
+import cronlock
+from cronlock.queue.enqueue import prepare
+
+@dataclass
+class Order:
+    to: str
+
+app = cronlock.App()
+app.declare_job("order", payload=Order)
+prepare(app.job_types, "order", [{"to": "a"}, Order("b")])
+try:
+    prepare(app.job_types, "order", [{"to": 1}])
+except cronlock.InvalidPayload as exc:
+    print(exc)
+print(sorted(m for m in sys.modules if m.startswith("pydantic")))
+"""
+    process = subprocess.run(
+        [sys.executable, "-c", script],
+        env=cli_env(None),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert process.stdout.splitlines() == [
+        "the payload does not fit Order: to: Input should be a valid string (got int)",
+        "[]",
+    ]
 
 
 def test_the_listing_says_what_each_command_says_of_itself() -> None:

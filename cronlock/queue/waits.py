@@ -1,0 +1,164 @@
+"""Waiting for a job's end: woken by the completion's notification, not by a polling loop.
+
+A wait registers a row in ``job_waits`` and commits it, then reads the job: if it has ended
+(``completed``, ``failed``, ``cancelled``) that is the answer; otherwise the ``jobs_ended``
+trigger of the statement that finishes it notifies ``<schema>.ended`` with its id at that
+commit (it notifies only jobs with a wait row, so commits nobody awaits never take NOTIFY's
+commit lock), and the process's one LISTEN connection wakes the waits for it, which read the
+row again. The row is removed when the wait ends, however it ends.
+
+A completion whose trigger ran in the instant before the wait row's commit notifies nobody;
+if it commits just after the wait's first read, two early reads (``EARLY_READS``, a round trip
+or so later) find it. A slow safety read of every pending wait's job, one statement for all of
+them, covers the rest of what a notification cannot: a job deleted while awaited
+(``JobNotFound``), and a LISTEN connection that was cut.
+Behind PgBouncer in transaction mode there is no LISTEN: the safety read is all there is, at
+``POLL_BEHIND_PGBOUNCER``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Iterable
+
+from .. import pg, sql
+from ..database import Database
+from ..errors import JobNotFound
+from ..outcome import JOB_FINISHED_STATUSES
+from ..sql.tables import ended_channel
+from .operate import JobInfo
+
+__all__ = ["EARLY_READS", "POLL_BEHIND_PGBOUNCER", "SAFETY_INTERVAL", "Waits"]
+
+logger = logging.getLogger("cronlock.queue")
+
+# A completion whose statement ran just before the wait's row committed (its trigger saw no
+# wait), and whose commit comes just after the wait's first read, notifies nobody: it commits a
+# round trip after its statement, so the job is read again this long after the first read
+# (seconds), before the notification is all there is.
+EARLY_READS = (0.01, 0.02, 0.07, 0.2)
+# How often the pending waits' jobs are read again beside the notifications (seconds).
+SAFETY_INTERVAL = 1.0
+POLL_BEHIND_PGBOUNCER = 0.25
+
+
+class Waits:
+    """The waits of one process on one database (an app's ``wait``); made on first use."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._waiting: dict[uuid.UUID, list[asyncio.Future[JobInfo]]] = {}
+        self._listener: pg.DriverConnection | None = None
+        self._listening = asyncio.Lock()
+        self._safety: asyncio.Task[None] | None = None
+        self._reads: set[asyncio.Task[None]] = set()
+
+    async def wait(self, job_id: uuid.UUID, timeout: float | None) -> JobInfo:  # noqa: ASYNC109
+        """The job's row once it has ended; ``TimeoutError`` after ``timeout`` seconds (None:
+        no limit), ``JobNotFound`` if there is no such job or it was deleted."""
+        await self._listen()
+        future: asyncio.Future[JobInfo] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(job_id, []).append(future)
+        wait_id = uuid.uuid4()
+        try:
+            async with self.database.engine.begin() as conn:
+                await conn.execute(sql.WAIT_ADD, {"id": wait_id, "job_id": job_id})
+            self._start_safety()
+            await self._read([job_id], missing_ends=True)
+            async with asyncio.timeout(timeout):
+                for pause in EARLY_READS:
+                    await asyncio.wait([future], timeout=pause)
+                    if future.done():
+                        break
+                    await self._read([job_id])
+                return await future
+        finally:
+            futures = self._waiting.get(job_id, [])
+            if future in futures:
+                futures.remove(future)
+            if not futures:
+                self._waiting.pop(job_id, None)
+            future.cancel()
+            with contextlib.suppress(Exception):  # a dead row is pruned by retention
+                async with self.database.engine.begin() as conn:
+                    await conn.execute(sql.WAIT_REMOVE, {"id": wait_id})
+
+    async def _listen(self) -> None:
+        if self._listener is not None or self.database.pgbouncer:
+            return
+        async with self._listening:
+            if self._listener is not None:  # another wait opened it meanwhile
+                return  # type: ignore[unreachable]
+            try:
+                listener = await pg.connect(self.database, "cronlock-waits")
+            except (OSError, pg.ServerError) as exc:
+                logger.warning(
+                    "notifications unavailable (%s): waits read their jobs every %s s",
+                    exc,
+                    SAFETY_INTERVAL,
+                    extra={"action": "listen_unavailable"},
+                )
+                return
+            await listener.add_listener(ended_channel(self.database.schema), self._notified)
+            listener.add_termination_listener(self._listener_closed)
+            self._listener = listener
+
+    def _listener_closed(self, _conn: object) -> None:
+        self._listener = None  # the next wait opens another; the safety read goes on
+
+    def _notified(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        with contextlib.suppress(ValueError):
+            job_id = uuid.UUID(payload)
+            if job_id in self._waiting:
+                task = asyncio.get_running_loop().create_task(self._read([job_id]))
+                self._reads.add(task)
+                task.add_done_callback(self._reads.discard)
+
+    def _start_safety(self) -> None:
+        if self._safety is None or self._safety.done():
+            self._safety = asyncio.get_running_loop().create_task(self._safety_reads())
+
+    async def _safety_reads(self) -> None:
+        interval = POLL_BEHIND_PGBOUNCER if self._listener is None else SAFETY_INTERVAL
+        while self._waiting:
+            await asyncio.sleep(interval)
+            try:
+                await self._read(list(self._waiting), missing_ends=True)
+            except Exception as exc:  # the database is away: the next read tries again
+                logger.warning("reading awaited jobs failed: %s", exc, extra={"action": "wait"})
+            interval = POLL_BEHIND_PGBOUNCER if self._listener is None else SAFETY_INTERVAL
+
+    async def _read(self, ids: Iterable[uuid.UUID], *, missing_ends: bool = False) -> None:
+        """Read the jobs ``ids``: settle the waits of those that ended (and, with
+        ``missing_ends``, of those that do not exist)."""
+        wanted = list(ids)
+        async with self.database.connect() as conn:
+            rows = (await conn.execute(sql.WAIT_JOBS, {"ids": wanted})).mappings().all()
+        found = {uuid.UUID(str(row["id"])): row for row in rows}
+        for job_id in wanted:
+            row = found.get(job_id)
+            futures = self._waiting.get(job_id, [])
+            if row is None and missing_ends:
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(JobNotFound(f"no job {job_id}"))
+            elif row is not None and row["status"] in JOB_FINISHED_STATUSES:
+                info = JobInfo.from_row(row)
+                for future in futures:
+                    if not future.done():
+                        future.set_result(info)
+
+    async def close(self) -> None:
+        if self._safety is not None:
+            self._safety.cancel()
+            with contextlib.suppress(BaseException):
+                await self._safety
+        for task in list(self._reads):
+            task.cancel()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                await listener.close()

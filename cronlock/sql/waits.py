@@ -1,0 +1,25 @@
+"""Statements on ``job_waits``: a wait for a job's end, registered before the waiter reads the
+job (so the completion's trigger notifies it) and removed when the wait ends; and the jobs of
+some waits, read again when notified (or at the safety poll).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import DateTime, Uuid, any_, bindparam, delete, insert, select
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from .jobs import JOB_GET_COLUMNS
+from .tables import job_waits, jobs
+
+__all__ = ["WAIT_ADD", "WAIT_JOBS", "WAIT_PRUNE", "WAIT_REMOVE"]
+
+WAIT_ADD = insert(job_waits).values(
+    id=bindparam("id", type_=Uuid), job_id=bindparam("job_id", type_=Uuid)
+)
+WAIT_REMOVE = delete(job_waits).where(job_waits.c.id == bindparam("id", type_=Uuid))
+# The rows of the jobs :ids (those that still exist), as JOB_GET gives one.
+WAIT_JOBS = select(*JOB_GET_COLUMNS).where(jobs.c.id == any_(bindparam("ids", type_=ARRAY(Uuid))))
+# Waits older than :before: their waiter died without removing them (retention).
+WAIT_PRUNE = delete(job_waits).where(
+    job_waits.c.created_at < bindparam("before", type_=DateTime(timezone=True))
+)

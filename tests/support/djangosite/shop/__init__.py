@@ -1,0 +1,1 @@
+"""The project's one app: orders, and the tasks that work on them."""

@@ -1,0 +1,21 @@
+"""The orders table."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies: ClassVar[list[tuple[str, str]]] = []
+    operations: ClassVar[list[migrations.operations.base.Operation]] = [
+        migrations.CreateModel(
+            name="Order",
+            fields=[
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("note", models.CharField(max_length=200)),
+            ],
+        ),
+    ]
