@@ -6,19 +6,22 @@ from __future__ import annotations
 import importlib.util
 import os
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 
 def database(url: str) -> dict[str, Any]:
-    """A ``DATABASES`` entry for a ``postgresql://`` URL."""
+    """A ``DATABASES`` entry for a ``postgresql://`` URL, a socket directory and port given as
+    ``?host=…&port=…`` included (the embedded PostgreSQL's URLs: without them Django would
+    reach the default socket's server, not the test's)."""
     parts = urlsplit(url)
+    query = parse_qs(parts.query)
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")),
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
+        "HOST": parts.hostname or query.get("host", [""])[0],
+        "PORT": str(parts.port or query.get("port", [""])[0]),
     }
 
 
