@@ -1,11 +1,13 @@
 """Waiting for a job's end: woken by the completion's notification, not by a polling loop.
 
-A wait registers a row in ``job_waits`` and commits it, then reads the job: if it has ended
-(``completed``, ``failed``, ``cancelled``) that is the answer; otherwise the ``jobs_ended``
+A wait first reads the job: if it has ended (``completed``, ``failed``, ``cancelled``) that is
+the answer, with nothing written. Otherwise it registers a row in ``job_waits``, commits it and
+reads the job again; from then on the ``jobs_ended``
 trigger of the statement that finishes it notifies ``<schema>.ended`` with its id at that
 commit (it notifies only jobs with a wait row, so commits nobody awaits never take NOTIFY's
 commit lock), and the process's one LISTEN connection wakes the waits for it, which read the
-row again. The row is removed when the wait ends, however it ends.
+row again. The row is removed when the wait ends, however it ends, beside the caller's answer
+rather than before it.
 
 A completion whose trigger ran in the instant before the wait row's commit notifies nobody;
 if it commits just after the wait's first read, two early reads (``EARLY_READS``, a round trip
@@ -22,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 
 from .. import pg, sql
 from ..database import Database
@@ -54,21 +56,26 @@ class Waits:
         self._listener: pg.DriverConnection | None = None
         self._listening = asyncio.Lock()
         self._safety: asyncio.Task[None] | None = None
-        self._reads: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # notified reads and row removals
 
     async def wait(self, job_id: uuid.UUID, timeout: float | None) -> JobInfo:  # noqa: ASYNC109
         """The job's row once it has ended; ``TimeoutError`` after ``timeout`` seconds (None:
         no limit), ``JobNotFound`` if there is no such job or it was deleted."""
-        await self._listen()
         future: asyncio.Future[JobInfo] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(job_id, []).append(future)
-        wait_id = uuid.uuid4()
+        wait_id: uuid.UUID | None = None
         try:
-            async with self.database.engine.begin() as conn:
-                await conn.execute(sql.WAIT_ADD, {"id": wait_id, "job_id": job_id})
-            self._start_safety()
-            await self._read([job_id], missing_ends=True)
             async with asyncio.timeout(timeout):
+                # A job that has already ended needs no wait row, no LISTEN and no commit.
+                await self._read([job_id], missing_ends=True)
+                if future.done():
+                    return await future
+                await self._listen()
+                wait_id = uuid.uuid4()
+                async with self.database.engine.begin() as conn:
+                    await conn.execute(sql.WAIT_ADD, {"id": wait_id, "job_id": job_id})
+                self._start_safety()
+                await self._read([job_id], missing_ends=True)
                 for pause in EARLY_READS:
                     await asyncio.wait([future], timeout=pause)
                     if future.done():
@@ -82,9 +89,25 @@ class Waits:
             if not futures:
                 self._waiting.pop(job_id, None)
             future.cancel()
-            with contextlib.suppress(Exception):  # a dead row is pruned by retention
-                async with self.database.engine.begin() as conn:
-                    await conn.execute(sql.WAIT_REMOVE, {"id": wait_id})
+            if wait_id is not None:
+                # Removed beside the caller, not before it gets its answer: the row's commit
+                # is a flush the caller need not wait for (close() waits for it).
+                self._background(self._remove(wait_id))
+
+    async def _remove(self, wait_id: uuid.UUID) -> None:
+        with contextlib.suppress(Exception):  # a row left behind is pruned by retention
+            async with self.database.engine.begin() as conn:
+                await conn.execute(sql.WAIT_REMOVE, {"id": wait_id})
+
+    def _background(self, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.warning("reading awaited jobs failed: %s", exc, extra={"action": "wait"})
 
     async def _listen(self) -> None:
         if self._listener is not None or self.database.pgbouncer:
@@ -113,9 +136,7 @@ class Waits:
         with contextlib.suppress(ValueError):
             job_id = uuid.UUID(payload)
             if job_id in self._waiting:
-                task = asyncio.get_running_loop().create_task(self._read([job_id]))
-                self._reads.add(task)
-                task.add_done_callback(self._reads.discard)
+                self._background(self._read([job_id]))
 
     def _start_safety(self) -> None:
         if self._safety is None or self._safety.done():
@@ -156,8 +177,8 @@ class Waits:
             self._safety.cancel()
             with contextlib.suppress(BaseException):
                 await self._safety
-        for task in list(self._reads):
-            task.cancel()
+        if self._tasks:  # the removals finish; a read nobody awaits any more may stop
+            await asyncio.wait(list(self._tasks), timeout=5)
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(Exception):
