@@ -4,7 +4,7 @@ code's migrations and for the previous code's (the tree at ``--previous``, from 
 without a long strict-mode transaction on ``jobs`` when the upgrade starts.
 
     python -m benchmarks.upgrade_under_load [--server URL] [--jobs 1000000] [--runs 100000]
-        [--producers 4] [--rate 50] [--hold 300] [--previous 290b0b0]
+        [--producers 4] [--rate 50] [--hold 300] [--previous 290b0b0] [--variant current:0 ...]
 
 Per variant, a scratch database is migrated to 0001 (the same for both), seeded with
 ``--jobs`` jobs (99% completed, the rest pending) and ``--runs`` runs, and VACUUM ANALYZEd.
@@ -187,11 +187,15 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     with tempfile.TemporaryDirectory() as scratch:
         previous = _previous_tree(args.previous, Path(scratch))
-        for hold in sorted({0.0, args.hold}):
-            for name, code in (("current", ROOT), ("previous", previous)):
-                result = await _variant(args, code, name, hold)
-                print(json.dumps(result), flush=True)
-                results.append(result)
+        trees = {"current": ROOT, "previous": previous}
+        variants = args.variant or [
+            f"{name}:{hold:g}" for hold in sorted({0.0, args.hold}) for name in trees
+        ]
+        for variant in variants:
+            name, _, hold = variant.partition(":")
+            result = await _variant(args, trees[name], name, float(hold or 0))
+            print(json.dumps(result), flush=True)
+            results.append(result)
     return results
 
 
@@ -209,6 +213,12 @@ def run() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="jobs a second per producer")
     parser.add_argument("--hold", type=float, default=300.0, help="seconds of the long transaction")
     parser.add_argument("--previous", default="290b0b0")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        help="CODE:HOLD (current or previous, seconds held), repeatable; one run a configuration"
+        " lets a shared machine's other work go between them (default: all four)",
+    )
     args = parser.parse_args()
     results = asyncio.run(main(args))
     RESULTS.mkdir(exist_ok=True)
