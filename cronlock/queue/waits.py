@@ -10,10 +10,10 @@ row again. The row is removed when the wait ends, however it ends, beside the ca
 rather than before it.
 
 A completion whose trigger ran in the instant before the wait row's commit notifies nobody;
-if it commits just after the wait's first read, two early reads (``EARLY_READS``, a round trip
-or so later) find it. A slow safety read of every pending wait's job, one statement for all of
-them, covers the rest of what a notification cannot: a job deleted while awaited
-(``JobNotFound``), and a LISTEN connection that was cut.
+if it commits just after the read that follows the row's commit, the early reads
+(``EARLY_READS``, a round trip or so later) find it. A slow safety read of every pending
+wait's job, one statement for all of them, covers the rest of what a notification cannot: a
+job deleted while awaited (``JobNotFound``), and a LISTEN connection that was cut.
 Behind PgBouncer in transaction mode there is no LISTEN: the safety read is all there is, at
 ``POLL_BEHIND_PGBOUNCER``.
 """
@@ -177,8 +177,10 @@ class Waits:
             self._safety.cancel()
             with contextlib.suppress(BaseException):
                 await self._safety
-        if self._tasks:  # the removals finish; a read nobody awaits any more may stop
+        if self._tasks:  # the row removals finish (a database away: at most 5 s, then stop)
             await asyncio.wait(list(self._tasks), timeout=5)
+            for task in list(self._tasks):
+                task.cancel()
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(Exception):
