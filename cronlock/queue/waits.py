@@ -9,11 +9,14 @@ commit lock), and the process's one LISTEN connection wakes the waits for it, wh
 row again. The row is removed when the wait ends, however it ends, beside the caller's answer
 rather than before it.
 
-A completion whose trigger ran in the instant before the wait row's commit notifies nobody;
-if it commits just after the read that follows the row's commit, the early reads
-(``EARLY_READS``, a round trip or so later) find it. A slow safety read of every pending
-wait's job, one statement for all of them, covers the rest of what a notification cannot: a
-job deleted while awaited (``JobNotFound``), and a LISTEN connection that was cut.
+A completion whose trigger ran in the instant before the wait row's commit notifies nobody,
+and its commit may come after the read that follows the row's (a flush later): that read
+takes the row ``FOR SHARE``, so it waits for such a commit (at most ``SETTLE_WAIT``, the
+time a strict or batch lane running the job may hold the row too) and reads what it left.
+The early reads (``EARLY_READS``) are kept behind it, for a commit slower than that. A slow
+safety read of every pending wait's job, one statement for all of them, covers the rest of
+what a notification cannot: a job deleted while awaited (``JobNotFound``), and a LISTEN
+connection that was cut.
 Behind PgBouncer in transaction mode there is no LISTEN: the safety read is all there is, at
 ``POLL_BEHIND_PGBOUNCER``.
 """
@@ -24,16 +27,19 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
+
+from sqlalchemy import RowMapping
+from sqlalchemy.exc import DBAPIError
 
 from .. import pg, sql
 from ..database import Database
 from ..errors import JobNotFound
-from ..outcome import JOB_FINISHED_STATUSES
+from ..outcome import JOB_FINISHED_STATUSES, root_cause
 from ..sql.tables import ended_channel
 from .operate import JobInfo
 
-__all__ = ["EARLY_READS", "POLL_BEHIND_PGBOUNCER", "SAFETY_INTERVAL", "Waits"]
+__all__ = ["EARLY_READS", "POLL_BEHIND_PGBOUNCER", "SAFETY_INTERVAL", "SETTLE_WAIT", "Waits"]
 
 logger = logging.getLogger("cronlock.queue")
 
@@ -45,6 +51,11 @@ EARLY_READS = (0.01, 0.02, 0.07, 0.2)
 # How often the pending waits' jobs are read again beside the notifications (seconds).
 SAFETY_INTERVAL = 1.0
 POLL_BEHIND_PGBOUNCER = 0.25
+# How long the read after a wait's row commits waits for a transaction holding the job's row
+# (seconds): a completion's commit, or a strict or batch lane running the job, whose end the
+# notification then brings.
+SETTLE_WAIT = 0.3
+_SETTLE_TIMEOUT = f"{int(SETTLE_WAIT * 1000)}ms"
 
 
 class Waits:
@@ -75,7 +86,7 @@ class Waits:
                 async with self.database.engine.begin() as conn:
                     await conn.execute(sql.WAIT_ADD, {"id": wait_id, "job_id": job_id})
                 self._start_safety()
-                await self._read([job_id], missing_ends=True)
+                await self._read_settled(job_id)
                 for pause in EARLY_READS:
                     await asyncio.wait([future], timeout=pause)
                     if future.done():
@@ -158,6 +169,26 @@ class Waits:
         wanted = list(ids)
         async with self.database.connect() as conn:
             rows = (await conn.execute(sql.WAIT_JOBS, {"ids": wanted})).mappings().all()
+        self._settle(wanted, rows, missing_ends)
+
+    async def _read_settled(self, job_id: uuid.UUID) -> None:
+        """Read the job once no transaction holds its row (at most ``SETTLE_WAIT``): a
+        completion that updated it before the wait's row committed, and so notifies nobody,
+        is waited for and read here, not left to the early reads."""
+        try:
+            async with self.database.engine.begin() as conn:
+                await conn.execute(sql.LOCK_TIMEOUT_LOCAL, {"timeout": _SETTLE_TIMEOUT})
+                result = await conn.execute(sql.WAIT_JOB_SETTLED, {"ids": [job_id]})
+                rows = result.mappings().all()
+        except DBAPIError as exc:
+            if not isinstance(root_cause(exc), pg.LockNotAvailable):
+                raise
+            return  # a lane runs it (strict, batch): its completion will see the row
+        self._settle([job_id], rows, missing_ends=True)
+
+    def _settle(
+        self, wanted: list[uuid.UUID], rows: Sequence[RowMapping], missing_ends: bool
+    ) -> None:
         found = {uuid.UUID(str(row["id"])): row for row in rows}
         for job_id in wanted:
             row = found.get(job_id)

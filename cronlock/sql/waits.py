@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from .jobs import JOB_GET_COLUMNS
 from .tables import job_waits, jobs
 
-__all__ = ["WAIT_ADD", "WAIT_JOBS", "WAIT_PRUNE", "WAIT_REMOVE"]
+__all__ = ["WAIT_ADD", "WAIT_JOBS", "WAIT_JOB_SETTLED", "WAIT_PRUNE", "WAIT_REMOVE"]
 
 WAIT_ADD = insert(job_waits).values(
     id=bindparam("id", type_=Uuid), job_id=bindparam("job_id", type_=Uuid)
@@ -19,6 +19,10 @@ WAIT_ADD = insert(job_waits).values(
 WAIT_REMOVE = delete(job_waits).where(job_waits.c.id == bindparam("id", type_=Uuid))
 # The rows of the jobs :ids (those that still exist), as JOB_GET gives one.
 WAIT_JOBS = select(*JOB_GET_COLUMNS).where(jobs.c.id == any_(bindparam("ids", type_=ARRAY(Uuid))))
+# The same rows once no transaction holds them: FOR SHARE waits (under the caller's
+# lock_timeout) for a completion that has updated a row but not yet committed, and reads what
+# its commit left; the read after a wait's row commits, so no completion falls between the two.
+WAIT_JOB_SETTLED = WAIT_JOBS.with_for_update(read=True, of=jobs)
 # Waits older than :before: their waiter died without removing them (retention).
 WAIT_PRUNE = delete(job_waits).where(
     job_waits.c.created_at < bindparam("before", type_=DateTime(timezone=True))

@@ -106,6 +106,43 @@ async def test_a_job_that_has_ended_is_answered_without_a_write(database: Databa
             await blocker.close()
 
 
+async def test_a_completion_in_flight_when_the_wait_registers_is_waited_for(
+    database: Database, slow_safety: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race of enqueue-then-wait: the completion's statement (and its trigger, which finds
+    # no wait row) runs before the wait's row commits, and its commit comes after the read that
+    # follows. Only that read can see it now: the early reads and the safety read are off.
+    monkeypatch.setattr(waits, "EARLY_READS", ())
+    async with _on(database) as app:
+        job = await app.enqueue("double", {"n": 5})
+        completer = await asyncpg.connect(libpq_url(database.url))
+        try:
+            tx = completer.transaction()
+            await tx.start()
+            await completer.execute(
+                "UPDATE cronlock.jobs SET status = 'completed', result = '{\"twice\": 10}',"
+                " completed_at = now() WHERE id = $1",
+                job.id,
+            )
+            waiting = asyncio.create_task(app.wait(job.id, timeout=10))
+            await eventually(lambda: _blocked_on_the_row(database))  # the read waits on it
+            await tx.commit()
+            assert await waiting == {"twice": 10}
+        finally:
+            await completer.close()
+
+
+async def _blocked_on_the_row(database: Database) -> bool:
+    async with database.connect() as conn:
+        waiting = await conn.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%FOR SHARE%'"
+            )
+        )
+    return bool(waiting)
+
+
 async def test_a_failed_or_cancelled_job_raises_with_its_row(
     database: Database, slow_safety: None
 ) -> None:
