@@ -115,7 +115,7 @@ MATRIX: Final[Mapping[str, Mapping[Cell, Expectation]]] = {
 }
 
 
-# -- the README's table ---------------------------------------------------------------------
+# -- the docs' table (docs/explanation/guarantees.md, once the README's) --------------------
 
 README_SECTION: Final = "## Features in every mode"
 YES: Final = "✓"

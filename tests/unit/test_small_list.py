@@ -20,13 +20,16 @@ from cronlock.outcome import DrainResult, JobStatus, RunResult, RunStatus
 from cronlock.queue.jobs import handler_for
 from cronlock.queue.operate import JobInfo
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+# The README's sections moved to the docs site (issue 28): enqueueing to how-to/jobs.md,
+# retries to how-to/workers.md.
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
 
-def _section(title: str) -> str:
-    start = README.index(f"\n### {title}\n")
-    return README[start : README.index("\n#", start + 1)]
+def _section(page: str, title: str) -> str:
+    text = (DOCS / page).read_text()
+    start = text.index(f"\n## {title}\n")
+    return text[start : text.index("\n#", start + 1)]
 
 
 def test_the_unknown_type_error_names_the_way_to_enqueue_it_anyway() -> None:
@@ -119,9 +122,9 @@ def test_status_says_which_tasks_are_not_this_apps() -> None:
     assert "not a task of this app" not in mine
 
 
-def test_the_readme_says_where_a_session_comes_from_and_what_backoff_takes() -> None:
-    assert "app.database.session()" in _section("Enqueueing")
-    retries = _section("Retries")
+def test_the_docs_say_where_a_session_comes_from_and_what_backoff_takes() -> None:
+    assert "app.database.session()" in _section("how-to/jobs.md", "Enqueueing")
+    retries = _section("how-to/workers.md", "Retries")
     for parameter in ("base", "factor", "cap", "jitter"):
         assert re.search(rf"`{parameter}` ", retries) or f"{parameter}=" in retries, parameter
     assert "Backoff(base=1.0, factor=2.0" in retries
