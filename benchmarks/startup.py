@@ -1,0 +1,161 @@
+"""What a command costs before it does anything (issue 26, item 4): every crontab line pays
+``cronlock``'s start-up at every slot on every host.
+
+    python -m benchmarks.startup --database-url URL [--rounds 7] [--tree DIR ...]
+
+For each source tree (``--tree``, default this one; give two to compare a branch with main in
+one run), it runs ``cronlock --help`` and ``cronlock --app tasks run refresh-post-stats
+--manual --json`` as cron would, a fresh process each time, by this environment's console
+script with ``PYTHONPATH`` set to the tree, and ``python -c pass`` for the interpreter's own
+floor. The trees take turns command by command in each round, so a busy moment of the machine
+falls on both. A run's overhead is its wall time minus the run's own ``duration_ms`` (what its
+JSON line says the run took). The database must be migrated and hold the demo tables
+(``--setup`` creates both). Prints the median (min..max) of ``--rounds`` rounds per tree and
+command, in milliseconds, and the processes' CPU time (user + system), which the other
+sessions of a shared machine move less than the wall time. Bytecode is cached, as an
+installed package's is (in a directory of the run's own, the warm-up round filling it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_TASK = ("--app", "tasks", "run", "refresh-post-stats", "--manual", "--json")
+
+
+def console_script() -> str:
+    """This environment's ``cronlock`` script itself (not a version manager's shim, which
+    would add its own start-up)."""
+    return str(Path(sysconfig.get_path("scripts")) / "cronlock")
+
+
+def timed(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall and CPU (user + system) milliseconds of ``command``, and its stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    process = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    wall = (time.perf_counter() - start) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} exited {process.returncode}: {process.stderr}")
+    return wall, cpu, process.stdout
+
+
+def floor_script(env: dict[str, str]) -> str:
+    """A ``python -c`` script importing what the run imports that is neither cronlock's nor
+    the app's (SQLAlchemy, asyncpg, click, the standard library): what no cut in cronlock
+    can take away. The list is the run's own ``-X importtime`` report."""
+    process = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cronlock", *RUN_TASK],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    names = [
+        line.rpartition("|")[2].strip()
+        for line in process.stderr.splitlines()[1:]
+        if line.startswith("import time:")
+    ]
+    others = sorted({n for n in names if n.split(".")[0] not in {"cronlock", "tasks"}})
+    return (
+        "import importlib\n"
+        f"for name in {others!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception:\n"
+        "        pass\n"
+    )
+
+
+def measure(trees: list[Path], database_url: str, rounds: int) -> dict[str, list[float]]:
+    script = console_script()
+    samples: dict[str, list[float]] = defaultdict(list)
+    floors: dict[Path, str] = {}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CRONLOCK_")}
+    base["CRONLOCK_DATABASE_URL"] = database_url
+    # Bytecode cached, as an installed package's is, in a directory of this run's own: the
+    # trees are not written to, and the warm-up round fills it.
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    base["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="cronlock-startup-pycache-")
+    for round_ in range(rounds + 1):  # round 0 warms the page cache and is dropped
+        row: dict[str, float] = {}
+        wall, cpu, _ = timed([sys.executable, "-c", "pass"], base)
+        row["python -c pass: wall"] = wall
+        row["python -c pass: CPU"] = cpu
+        for tree in trees:
+            env = {**base, "PYTHONPATH": str(tree)}
+            if tree not in floors:
+                floors[tree] = floor_script(env)
+            wall, cpu, _ = timed([sys.executable, "-c", floors[tree]], env)
+            row[f"{tree}: the run's imports that are not cronlock's: wall"] = wall
+            wall, cpu, _ = timed([script, "--help"], env)
+            row[f"{tree}: --help: wall"] = wall
+            row[f"{tree}: --help: CPU"] = cpu
+            wall, cpu, out = timed([script, *RUN_TASK], env)
+            own = json.loads(out)["duration_ms"]
+            row[f"{tree}: run: own"] = own
+            row[f"{tree}: run: wall - own"] = wall - own
+            row[f"{tree}: run: CPU"] = cpu
+        if round_ > 0:
+            for key, value in row.items():
+                samples[key].append(value)
+    return samples
+
+
+def setup(database_url: str) -> None:
+    """Migrate the database and create the demo tables the run reads."""
+    subprocess.run(
+        [console_script(), "--database-url", database_url, "migrate"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
+    sys.path.insert(0, str(ROOT))
+    from cronlock.database import Database
+    from tasks.models import setup_demo
+
+    async def go() -> None:
+        database = Database(database_url)
+        async with database.session() as session:
+            await setup_demo(session)
+            await session.commit()
+        await database.dispose()
+
+    asyncio.run(go())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--tree", action="append", type=Path, help="a source tree (repeatable)")
+    parser.add_argument("--setup", action="store_true", help="migrate and create the demo tables")
+    args = parser.parse_args()
+    if args.setup:
+        setup(args.database_url)
+    trees = [t.resolve() for t in args.tree] if args.tree else [ROOT]
+    samples = measure(trees, args.database_url, args.rounds)
+    width = max(len(k) for k in samples)
+    for key, values in samples.items():
+        print(
+            f"{key:<{width}}  {statistics.median(values):7.0f} ms"
+            f"  ({min(values):.0f}..{max(values):.0f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
