@@ -1,19 +1,24 @@
 """What a command costs before it does anything (issue 26, item 4): every crontab line pays
 ``cronlock``'s start-up at every slot on every host.
 
-    python -m benchmarks.startup --database-url URL [--rounds 7] [--tree DIR ...]
+    python -m benchmarks.startup --database-url URL [--setup] [--rounds 7] [--tree DIR ...]
+        [--importtime]
 
 For each source tree (``--tree``, default this one; give two to compare a branch with main in
 one run), it runs ``cronlock --help`` and ``cronlock --app tasks run refresh-post-stats
 --manual --json`` as cron would, a fresh process each time, by this environment's console
-script with ``PYTHONPATH`` set to the tree, and ``python -c pass`` for the interpreter's own
-floor. The trees take turns command by command in each round, so a busy moment of the machine
-falls on both. A run's overhead is its wall time minus the run's own ``duration_ms`` (what its
-JSON line says the run took). The database must be migrated and hold the demo tables
-(``--setup`` creates both). Prints the median (min..max) of ``--rounds`` rounds per tree and
-command, in milliseconds, and the processes' CPU time (user + system), which the other
+script with ``PYTHONPATH`` set to the tree; ``python -c pass`` gives the interpreter's own
+floor, and a script importing what the tree's run imports that is not cronlock's or the app's
+(SQLAlchemy, asyncpg, click, the standard library) the floor no cut in cronlock can lower.
+The trees take turns command by command in each round, so a busy moment of the machine falls
+on both. A run's overhead is its wall time minus the run's own ``duration_ms`` (what its JSON
+line says the run took); the total wall time is printed too, since the statements a run sends
+are built on their first use, inside the run's own time. The database must be migrated and
+hold the demo tables (``--setup`` creates both). Prints the median (min..max) of ``--rounds``
+rounds, in milliseconds, with the processes' CPU time (user + system), which the other
 sessions of a shared machine move less than the wall time. Bytecode is cached, as an
-installed package's is (in a directory of the run's own, the warm-up round filling it).
+installed package's is, in a directory of the run's own (the warm-up round fills it).
+``--importtime`` adds each tree's ``-X importtime`` self times per top-level package.
 """
 
 from __future__ import annotations
@@ -82,6 +87,37 @@ def floor_script(env: dict[str, str]) -> str:
     )
 
 
+def importtime_report(tree: Path, database_url: str, runs: int = 3) -> list[str]:
+    """The run's ``-X importtime`` self times summed per top-level package, the largest
+    first, as min..max over ``runs`` runs. A module ``importlib`` loads is not in the report
+    (what it imports is): ``cronlock.sql``'s statement modules, loaded on first use, are
+    built inside the run, so their cost is in the run's own time, not in its overhead."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONLOCK_")}
+    env.update(CRONLOCK_DATABASE_URL=database_url, PYTHONPATH=str(tree))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="cronlock-startup-pycache-")
+    totals: dict[str, list[float]] = defaultdict(list)
+    for index in range(runs + 1):  # the first fills the bytecode cache
+        process = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "cronlock", *RUN_TASK],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        sums: dict[str, float] = defaultdict(float)
+        for line in process.stderr.splitlines()[1:]:
+            if line.startswith("import time:"):
+                self_us, _, name = line[len("import time:") :].split("|")
+                sums[name.strip().split(".")[0]] += int(self_us) / 1000
+        if index:
+            sums["(all)"] = sum(sums.values())
+            for package, ms in sums.items():
+                totals[package].append(ms)
+    ranked = sorted(totals.items(), key=lambda item: -statistics.median(item[1]))
+    return [f"{package} {min(ms):.0f}..{max(ms):.0f} ms" for package, ms in ranked[:9]]
+
+
 def measure(trees: list[Path], database_url: str, rounds: int) -> dict[str, list[float]]:
     script = console_script()
     samples: dict[str, list[float]] = defaultdict(list)
@@ -109,6 +145,7 @@ def measure(trees: list[Path], database_url: str, rounds: int) -> dict[str, list
             wall, cpu, out = timed([script, *RUN_TASK], env)
             own = json.loads(out)["duration_ms"]
             row[f"{tree}: run: own"] = own
+            row[f"{tree}: run: wall"] = wall
             row[f"{tree}: run: wall - own"] = wall - own
             row[f"{tree}: run: CPU"] = cpu
         if round_ > 0:
@@ -144,6 +181,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--tree", action="append", type=Path, help="a source tree (repeatable)")
     parser.add_argument("--setup", action="store_true", help="migrate and create the demo tables")
+    parser.add_argument(
+        "--importtime", action="store_true", help="also each tree's -X importtime, per package"
+    )
     args = parser.parse_args()
     if args.setup:
         setup(args.database_url)
@@ -155,6 +195,12 @@ def main() -> None:
             f"{key:<{width}}  {statistics.median(values):7.0f} ms"
             f"  ({min(values):.0f}..{max(values):.0f})"
         )
+    if args.importtime:
+        for tree in trees:
+            print(
+                f"{tree}: -X importtime, self per package:",
+                ", ".join(importtime_report(tree, args.database_url)),
+            )
 
 
 if __name__ == "__main__":
