@@ -47,11 +47,13 @@ def console_script() -> str:
     return str(Path(sysconfig.get_path("scripts")) / "cronlock")
 
 
-def timed(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall and CPU (user + system) milliseconds of ``command``, and its stdout."""
+def timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
+    """Wall and CPU (user + system) milliseconds of ``command`` run in ``cwd`` (the tree, as
+    a crontab line runs in its project: ``python -m`` puts the directory first on the path),
+    and its stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    process = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    process = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     wall = (time.perf_counter() - start) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
@@ -60,13 +62,14 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return wall, cpu, process.stdout
 
 
-def floor_script(env: dict[str, str]) -> str:
+def floor_script(env: dict[str, str], tree: Path) -> str:
     """A ``python -c`` script importing what the run imports that is neither cronlock's nor
     the app's (SQLAlchemy, asyncpg, click, the standard library): what no cut in cronlock
     can take away. The list is the run's own ``-X importtime`` report."""
     process = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "cronlock", *RUN_TASK],
         env=env,
+        cwd=tree,
         capture_output=True,
         text=True,
         check=True,
@@ -101,6 +104,7 @@ def importtime_report(tree: Path, database_url: str, runs: int = 3) -> list[str]
         process = subprocess.run(
             [sys.executable, "-X", "importtime", "-m", "cronlock", *RUN_TASK],
             env=env,
+            cwd=tree,
             capture_output=True,
             text=True,
             check=True,
@@ -130,19 +134,19 @@ def measure(trees: list[Path], database_url: str, rounds: int) -> dict[str, list
     base["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="cronlock-startup-pycache-")
     for round_ in range(rounds + 1):  # round 0 warms the page cache and is dropped
         row: dict[str, float] = {}
-        wall, cpu, _ = timed([sys.executable, "-c", "pass"], base)
+        wall, cpu, _ = timed([sys.executable, "-c", "pass"], base, ROOT)
         row["python -c pass: wall"] = wall
         row["python -c pass: CPU"] = cpu
         for tree in trees:
             env = {**base, "PYTHONPATH": str(tree)}
             if tree not in floors:
-                floors[tree] = floor_script(env)
-            wall, cpu, _ = timed([sys.executable, "-c", floors[tree]], env)
+                floors[tree] = floor_script(env, tree)
+            wall, cpu, _ = timed([sys.executable, "-c", floors[tree]], env, tree)
             row[f"{tree}: the run's imports that are not cronlock's: wall"] = wall
-            wall, cpu, _ = timed([script, "--help"], env)
+            wall, cpu, _ = timed([script, "--help"], env, tree)
             row[f"{tree}: --help: wall"] = wall
             row[f"{tree}: --help: CPU"] = cpu
-            wall, cpu, out = timed([script, *RUN_TASK], env)
+            wall, cpu, out = timed([script, *RUN_TASK], env, tree)
             own = json.loads(out)["duration_ms"]
             row[f"{tree}: run: own"] = own
             row[f"{tree}: run: wall"] = wall
