@@ -24,7 +24,6 @@ installed package's is, in a directory of the run's own (the warm-up round fills
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import resource
@@ -158,25 +157,31 @@ def measure(trees: list[Path], database_url: str, rounds: int) -> dict[str, list
     return samples
 
 
+# Run in a process of its own, as the commands are: this one imports neither cronlock nor the app.
+_SETUP_DEMO = """
+import asyncio, sys
+from cronlock.database import Database
+from tasks.models import setup_demo
+
+async def go(url):
+    database = Database(url)
+    async with database.session() as session:
+        await setup_demo(session)
+        await session.commit()
+    await database.dispose()
+
+asyncio.run(go(sys.argv[1]))
+"""
+
+
 def setup(database_url: str) -> None:
     """Migrate the database and create the demo tables the run reads."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONLOCK_")}
+    env["PYTHONPATH"] = str(ROOT)
     subprocess.run(
-        [console_script(), "--database-url", database_url, "migrate"],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=True,
+        [console_script(), "--database-url", database_url, "migrate"], env=env, cwd=ROOT, check=True
     )
-    sys.path.insert(0, str(ROOT))
-    from cronlock.database import Database
-    from tasks.models import setup_demo
-
-    async def go() -> None:
-        database = Database(database_url)
-        async with database.session() as session:
-            await setup_demo(session)
-            await session.commit()
-        await database.dispose()
-
-    asyncio.run(go())
+    subprocess.run([sys.executable, "-c", _SETUP_DEMO, database_url], env=env, cwd=ROOT, check=True)
 
 
 def main() -> None:
