@@ -19,7 +19,7 @@ import shlex
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlencode
 from uuid import uuid4
 
@@ -27,10 +27,12 @@ from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 
-from . import embedded
 from .errors import ConfigurationError
 from .pg import QuickConnections, UrlOptions
 from .sql.tables import SCHEMA
+
+if TYPE_CHECKING:
+    from . import embedded
 
 __all__ = [
     "DATABASE_URL_ENV",
@@ -245,6 +247,9 @@ def resolve(
     ):
         if candidate:
             return Resolved(candidate, schema, pgbouncer, origin)
+    # Imported only when it is the database: a configured URL never needs it.
+    from . import embedded
+
     server = embedded.start()
     return Resolved(server.url, schema, pgbouncer, "embedded", server)
 

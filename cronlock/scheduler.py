@@ -1,7 +1,8 @@
 """The scheduler daemon: APScheduler 3 decides *when* a periodic task fires, the run path whether.
 
 ``cronlock scheduler`` gives APScheduler's ``AsyncIOScheduler`` one job per task, with a
-``ScheduleTrigger`` that asks the task's ``CronSchedule`` for fire times, so the daemon and the
+``ScheduleTrigger`` (``triggers.py``, which only ``Scheduler.start`` imports: APScheduler is
+the daemon's alone) that asks the task's ``CronSchedule`` for fire times, so the daemon and the
 slot computation cannot disagree on cron or DST semantics. A firing does not run the body
 itself: it *wakes* the task, and a wake
 
@@ -28,18 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.triggers.base import BaseTrigger
+from typing import TYPE_CHECKING, Any
 
 from . import pg
 from .app import App
-from .cron import CronSchedule
 from .database import Database
 from .outage import DEFAULT_RECONNECT, OutageEnd, Reconnect, RideOut, ride_out
 from .outcome import RunResult, RunTrigger, SkipReason, error_line
@@ -47,14 +43,14 @@ from .periodic import Misfire, PeriodicTask, backlog, record_missed, resolve_slo
 from .periodic.backlog import BACKLOG_LIMIT
 from .retention import PRUNE_TASK, prune
 
+if TYPE_CHECKING:
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
 __all__ = [
     "BACKLOG_LIMIT",
     "DEFAULT_SHUTDOWN_GRACE",
-    "BuiltinTrigger",
     "Clock",
-    "ScheduleTrigger",
     "Scheduler",
-    "jitter_for",
 ]
 
 logger = logging.getLogger("cronlock.scheduler")
@@ -72,64 +68,6 @@ _TICK = timedelta(microseconds=1)
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def jitter_for(task: PeriodicTask, slot: datetime) -> timedelta:
-    """The delay before firing ``slot``: up to the task's jitter, the same on every host.
-
-    A digest of (task, slot) rather than ``random``: hosts agree, so jitter spreads many tasks
-    over time without spreading one task's attempts, and tests can predict it.
-    """
-    if not task.policy.jitter:
-        return timedelta(0)
-    digest = hashlib.blake2b(f"{task.name}|{slot.isoformat()}".encode(), digest_size=8).digest()
-    fraction = int.from_bytes(digest, "big") / 2**64
-    return task.policy.jitter * fraction
-
-
-class ScheduleTrigger(BaseTrigger):  # type: ignore[misc]
-    """An APScheduler trigger whose fire times are the task's slots plus its jitter."""
-
-    __slots__ = ("task",)
-
-    def __init__(self, task: PeriodicTask) -> None:
-        self.task = task
-
-    def fire_time(self, slot: datetime) -> datetime:
-        return slot + jitter_for(self.task, slot)
-
-    def get_next_fire_time(
-        self, previous_fire_time: datetime | None, now: datetime
-    ) -> datetime | None:
-        schedule = self.task.schedule
-        start = now if previous_fire_time is None else previous_fire_time + _TICK
-        # The latest slot may still be ahead of us once jittered.
-        latest = schedule.slot_at(start)
-        if latest is not None and self.fire_time(latest) >= start:
-            return self.fire_time(latest)
-        upcoming = schedule.next_fire_time(start)
-        return None if upcoming is None else self.fire_time(upcoming)
-
-    def __str__(self) -> str:
-        return f"cronlock[{self.task.schedule.expression} {self.task.schedule.timezone.key}]"
-
-
-class BuiltinTrigger(BaseTrigger):  # type: ignore[misc]
-    """An APScheduler trigger for a built-in task (``prune``): its schedule's fire times."""
-
-    __slots__ = ("schedule",)
-
-    def __init__(self, schedule: CronSchedule) -> None:
-        self.schedule = schedule
-
-    def get_next_fire_time(
-        self, previous_fire_time: datetime | None, now: datetime
-    ) -> datetime | None:
-        start = now if previous_fire_time is None else previous_fire_time + _TICK
-        return self.schedule.next_fire_time(start)
-
-    def __str__(self) -> str:
-        return f"cronlock[{self.schedule.expression} UTC]"
 
 
 class Scheduler:
@@ -391,6 +329,12 @@ class Scheduler:
 
     def start(self) -> None:
         """Wake every task once (catch up after downtime), then fire them on time."""
+        # APScheduler is imported here, by the daemon that uses it, not by every command
+        # that imports the App (issue 26: `cronlock run TASK` never starts a scheduler).
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        from .triggers import BuiltinTrigger, ScheduleTrigger
+
         apscheduler = AsyncIOScheduler(
             timezone=UTC,
             job_defaults={

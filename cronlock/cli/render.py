@@ -12,17 +12,21 @@ import os
 import signal
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import embedded
-from ..app import App
-from ..database import Database
 from ..outcome import DrainResult, JobStatus, RunResult, RunStatus
-from ..queue.control import QueueDeletion, QueueInfo, QueueState, Running
-from ..queue.drainer import Drainer
-from ..queue.jobs import Enqueued
-from ..queue.operate import JobChange, JobInfo, JobPage, JobsChanged
-from ..retention import PruneResult, Retention
+
+if TYPE_CHECKING:
+    # What the lines describe, for the annotations only: rendering a run's result must not
+    # import the queue's machinery (issue 26: `cronlock run TASK`'s start-up).
+    from .. import embedded
+    from ..app import App
+    from ..database import Database
+    from ..queue.control import QueueDeletion, QueueInfo, QueueState, Running
+    from ..queue.drainer import Drainer
+    from ..queue.jobs import Enqueued
+    from ..queue.operate import JobChange, JobInfo, JobPage, JobsChanged
+    from ..retention import PruneResult, Retention
 
 __all__ = [
     "ago",

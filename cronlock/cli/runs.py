@@ -9,14 +9,11 @@ from typing import NoReturn
 
 import click
 
-from .. import embedded, schema
+from .. import schema
 from ..logs import RUNS_LOGGER
 from ..outcome import RunResult
-from ..service import DEFAULT_GRACE_PERIOD
 from . import render
-from .admin import prune_now
 from .context import EXIT_OK, Options, exit_code, exit_with, pass_options, run
-from .queue import drain_queue
 
 __all__ = ["crontab", "demo", "list_tasks", "run_task"]
 
@@ -89,10 +86,17 @@ def run_task(
     runs (skipped, no_slot) unless --manual. TASK may be the built-in `drain` (the job queue:
     see `cronlock drain`) or `prune` (retention: see `cronlock prune`).
     """
+    # The built-ins' commands are imported by the built-in that runs: a periodic task's run
+    # needs neither the drainer nor retention (issue 26: every crontab line's start-up).
     if task == "prune":
+        from .admin import prune_now
+
         prune_now(options, dry_run=False, as_json=as_json)
         return
     if task == "drain":
+        from ..service import DEFAULT_GRACE_PERIOD
+        from .queue import drain_queue
+
         drain_queue(
             options,
             lambda app: app.drainer(),
@@ -197,6 +201,7 @@ def crontab(
 @pass_options
 def demo(options: Options) -> None:
     """The whole story on the embedded default, end to end, with a summary."""
+    from .. import embedded
     from ..demo import demo_app, run_demo
 
     app, setup, app_spec = demo_app(options.app_spec if options.app_given else None)

@@ -22,7 +22,7 @@ import base64
 import binascii
 import enum
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -95,7 +95,9 @@ class _VerbRule:
     statuses: tuple[JobStatus, ...]  # the statuses it acts on
     done: ChangeOutcome
     status_after: JobStatus | None
-    statement: Executable
+    # The statement, looked up when a verb runs: importing this module (every App does)
+    # must not build the jobs' statements (cronlock.sql, issue 26).
+    statement: Callable[[], Executable]
     wrong: str  # why another status is left alone
 
 
@@ -104,21 +106,21 @@ _RULES = {
         JOB_RETRYABLE_STATUSES,
         ChangeOutcome.RETRIED,
         JobStatus.RETRYING,
-        sql.JOB_RETRY,
+        lambda: sql.JOB_RETRY,
         "only a failed job, or a retrying one not yet due, is retried",
     ),
     Verb.CANCEL: _VerbRule(
         JOB_WAITING_STATUSES,
         ChangeOutcome.CANCELLED,
         JobStatus.CANCELLED,
-        sql.JOB_CANCEL,
+        lambda: sql.JOB_CANCEL,
         "only a waiting job (pending or retrying) is cancelled",
     ),
     Verb.DELETE: _VerbRule(
         JOB_FINISHED_STATUSES,
         ChangeOutcome.DELETED,
         None,
-        sql.JOB_DELETE,
+        lambda: sql.JOB_DELETE,
         "only a finished job (completed, failed or cancelled) is deleted: cancel it first",
     ),
 }
@@ -432,7 +434,7 @@ async def _apply(
     """``verb`` on ``ids`` in the caller's transaction: the ids changed, and why the others
     were not."""
     rule = _RULES[verb]
-    changed = {uuid.UUID(str(row[0])) for row in await conn.execute(rule.statement, {"ids": ids})}
+    changed = {uuid.UUID(str(row[0])) for row in await conn.execute(rule.statement(), {"ids": ids})}
     if verb is Verb.RETRY and changed:
         # A cancel request left from an earlier attempt must not stop the one retried now.
         await conn.execute(sql.CANCEL_FORGET, {"ids": list(changed)})

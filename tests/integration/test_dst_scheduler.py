@@ -14,7 +14,8 @@ from history import create_work_table, runs_of, work_slots
 from testapps import sched
 
 from cronlock import Database
-from cronlock.scheduler import Scheduler, ScheduleTrigger
+from cronlock.scheduler import Scheduler
+from cronlock.triggers import ScheduleTrigger
 
 SHORT = {zone: short for short, zone in sched.DST_ZONES.items()}
 CASES = [

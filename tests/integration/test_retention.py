@@ -15,8 +15,9 @@ from sqlalchemy import insert, select
 from cronlock import App, ConfigurationError, Database, InvalidCron, Retention, RunStatus
 from cronlock.locks import lock_key, namespace_key
 from cronlock.retention import prune
-from cronlock.scheduler import BuiltinTrigger, Scheduler
+from cronlock.scheduler import Scheduler
 from cronlock.sql.tables import jobs, runs, workers
+from cronlock.triggers import BuiltinTrigger
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

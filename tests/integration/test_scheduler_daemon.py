@@ -19,7 +19,8 @@ from waiting import eventually, wait_for
 from cronlock import Database
 from cronlock.outage import Reconnect
 from cronlock.periodic import resolve_slot
-from cronlock.scheduler import Scheduler, ScheduleTrigger, jitter_for
+from cronlock.scheduler import Scheduler
+from cronlock.triggers import ScheduleTrigger, jitter_for
 
 
 @pytest.fixture
