@@ -79,6 +79,29 @@ class Example:
     def script(self) -> str:
         return "".join(f"# --- {block.where}\n{block.code}\n" for block in self.blocks)
 
+    def locate(self, line: int) -> str:
+        """Where line ``line`` (1-based) of the script is in the Markdown (a snippet's lines
+        count as its one line's)."""
+        start = 1
+        for block in self.blocks:
+            length = block.code.count("\n") + 2  # the header line, the code, the blank line
+            if line < start + length:
+                offset = max(line - start - 1, 0)
+                if "8<-" in block.code:
+                    return block.where
+                return f"{block.path}:{block.line + 1 + offset}"
+            start += length
+        return self.name
+
+    def explain(self, output: str, script_name: str) -> str:
+        """``output`` with each reference to a line of the script given its Markdown line."""
+
+        def mapped(match: re.Match[str]) -> str:
+            return f"{match[0]} [{self.locate(int(match['line']))}]"
+
+        name = re.escape(script_name)
+        return re.sub(rf'{name}"?(?::|, line )(?P<line>\d+)', mapped, output)
+
 
 def markdown_files() -> list[Path]:
     files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -207,9 +230,8 @@ def test_example_runs(example: Example, database_url: str, tmp_path: Path) -> No
     except subprocess.TimeoutExpired as exc:
         output = "".join(str(part) for part in (exc.stdout, exc.stderr) if part)
         pytest.fail(f"{example.name} still ran after {RUN_TIMEOUT} s:\n{output}")
-    assert done.returncode == 0, (
-        f"{example.name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    )
+    output = example.explain(f"{done.stdout}\n{done.stderr}", script.name)
+    assert done.returncode == 0, f"{example.name} exited {done.returncode}:\n{output}"
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +253,8 @@ def typecheck_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list
             "--no-error-summary",
             "--show-error-codes",
             "--cache-dir",
-            str(ROOT / ".mypy_cache" / "docs-examples"),
+            # One per xdist worker: two mypy runs never share a cache directory.
+            str(ROOT / ".mypy_cache" / f"docs-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"),
             *(str(work / name) for name in files),
         ],
         cwd=ROOT,
@@ -246,7 +269,8 @@ def typecheck_errors(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list
     for line in checked.stdout.splitlines():
         source = Path(line.split(":", 1)[0]).name
         if source in files:
-            errors[files[source]].append(line)
+            example = next(e for e in examples if e.name == files[source])
+            errors[files[source]].append(example.explain(line, source))
     return errors
 
 
@@ -313,3 +337,11 @@ def test_examples_are_named_by_file_and_line() -> None:
     names = [example.name for example in EXAMPLES]
     assert len(names) == len(set(names))
     assert all(re.fullmatch(r"[\w./-]+\.md:\d+(\+\d+)*", name) for name in names)
+
+
+def test_a_continued_example_names_its_markdown_lines() -> None:
+    page = _page("# t", "", "```python", "a = 1", "```", "<!-- check: continue -->", "```python")
+    example = Example(parse_blocks(page + _page("b = 2", "1 / 0", "```"), "x.md"))
+    assert example.name == "x.md:3+7"
+    traceback = 'File "/tmp/t/example.py", line 6, in <module>'
+    assert example.explain(traceback, "example.py").endswith("line 6 [x.md:9], in <module>")
