@@ -305,6 +305,13 @@ def missing_env(site: Site, names: list[str]) -> list[str]:
     return [name for name in names if name not in rows]
 
 
+def documented_rows(site: Site, source: str, prefix: str) -> set[str]:
+    """What the page's tables have rows for (their first cell), so that none documents a
+    name the code no longer has."""
+    names = {row[0].strip("`") for row in site.page(source).rows if row}
+    return {name for name in names if name.startswith(prefix)}
+
+
 def test_every_command_is_documented(site: Site) -> None:
     paths = command_paths()
     assert "cronlock jobs list" in paths
@@ -339,12 +346,14 @@ async def test_every_metric_is_documented_with_its_labels(site: Site, database: 
     assert metrics["cronlock_jobs"] == ["queue", "status"]
     assert "cronlock_jobs_processed_total" in metrics
     assert missing_metrics(site, metrics) == []
+    assert documented_rows(site, "reference/metrics.md", "cronlock_") - set(metrics) == set()
 
 
 def test_every_environment_variable_is_documented(site: Site) -> None:
     names = env_names()
     assert "CRONLOCK_DATABASE_URL" in names
     assert missing_env(site, names) == []
+    assert documented_rows(site, "reference/configuration.md", "CRONLOCK_") - set(names) == set()
 
 
 # -- the checks can fail ---------------------------------------------------------------------
