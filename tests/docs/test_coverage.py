@@ -269,17 +269,24 @@ def metric_families(families: list[Any]) -> dict[str, list[str]]:
 
 
 def missing_commands(site: Site, paths: list[str]) -> list[str]:
+    assert "::: mkdocs-click" not in site.page("reference/cli.md").text, (
+        "mkdocs.yml's markdown_extensions must list mkdocs-click"
+    )
     headings = {heading.strip("`") for heading in site.headings}
     return [path for path in paths if path not in headings]
 
 
 def missing_names(site: Site, names: list[str]) -> list[str]:
+    assert "::: cronlock" not in site.page("reference/python-api.md").text, (
+        "mkdocs.yml's plugins must list mkdocstrings"
+    )
     ids = site.ids
     return [name for name in names if name not in ids]
 
 
 def missing_operations(site: Site, operations: list[str]) -> list[str]:
     headings = set(site.page("reference/http-api.md").headings)
+    assert "Endpoints" in headings, "mkdocs.yml's hooks must list docs/reference/hooks.py"
     return [operation for operation in operations if operation not in headings]
 
 
