@@ -205,6 +205,7 @@ _STATEMENTS: dict[str, tuple[str, ...]] = {
     "waits": (
         "WAIT_ADD",
         "WAIT_JOBS",
+        "WAIT_JOB_SETTLED",
         "WAIT_PRUNE",
         "WAIT_REMOVE",
     ),
