@@ -167,6 +167,25 @@ async def snoozy(session: AsyncSession, payload: Any) -> Any:
     return {"runs": ran, "attempt": cronlock.current_job().attempt}
 
 
+async def after(session: AsyncSession, payload: Any) -> None:
+    """Logs ``after:N``, and ``early:N`` too if a job named in ``parents`` has not completed as
+    this job's transaction sees it (a child that ran before its parents); then holds or
+    delays as ``count`` does."""
+    parents = payload.get("parents", [])
+    if parents:
+        left = await session.scalar(
+            text(
+                "SELECT count(*) FROM cronlock.jobs"
+                " WHERE id = ANY(CAST(:ids AS uuid[])) AND status <> 'completed'"
+            ),
+            {"ids": parents},
+        )
+        if left:
+            await session.execute(insert(job_log).values(job=f"early:{payload['n']}"))
+    await session.execute(insert(job_log).values(job=f"after:{payload['n']}"))
+    await _hold_or_delay(payload)
+
+
 def plain(session: Session, payload: Any) -> dict[str, Any]:
     """A plain def handler: in the drainer's thread pool, on the job's transaction."""
     session.execute(insert(job_log).values(job="plain"))
@@ -192,6 +211,7 @@ def create_app(attempts: dict[str, int] | None = None) -> cronlock.App:
     app.job("flaky", max_retries=5, backoff=cronlock.Backoff(jitter=0))(flaky)
     app.job("always_fail", max_retries=2, backoff=cronlock.Backoff(jitter=0))(always_fail)
     app.job("count")(count)
+    app.job("after")(after)
     app.job("log")(log)
     app.job("gauged", concurrency_limit=2)(gauged)
     app.job("gated")(gated)
