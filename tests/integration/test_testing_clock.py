@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from cronlock import App, Backoff, Database, JobStatus
@@ -159,3 +159,45 @@ def test_a_leased_database_is_dropped_after_its_lease(
             await server.dispose()
 
     assert name not in asyncio.run(names())
+
+
+def test_a_template_setup_gets_its_time_defaults_rebound(cronlock_server: URL) -> None:
+    async def setup(url: str) -> None:
+        database = Database(url)
+        try:
+            await execute(
+                database,
+                "CREATE TABLE public.mine (by_keyword timestamptz DEFAULT CURRENT_TIMESTAMP, "
+                "qualified timestamptz DEFAULT pg_catalog.clock_timestamp(), "
+                "today date DEFAULT CURRENT_DATE)",
+            )
+        finally:
+            await database.dispose()
+
+    async def defaults(url: str) -> list[Any]:
+        database = Database(url)
+        try:
+            async with database.engine.begin() as conn:
+                await conn.execute(text("SET LOCAL search_path = pg_catalog"))
+                found = await conn.execute(
+                    text(
+                        "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+                        "WHERE adrelid = 'public.mine'::regclass ORDER BY adnum"
+                    )
+                )
+                return list(found.scalars())
+        finally:
+            await database.dispose()
+
+    pool = DatabasePool.create(cronlock_server, setup)
+    try:
+        with pool.lease() as name:
+            found = asyncio.run(defaults(pool.url(name)))
+    finally:
+        pool.close()
+    # CURRENT_DATE is a keyword left as it is (documented).
+    assert found == [
+        "cronlock_testclock.now()",
+        "cronlock_testclock.clock_timestamp()",
+        "CURRENT_DATE",
+    ]
