@@ -10,7 +10,10 @@ clock's one-row table holds (``cronlock.sql.testing``), and their tables' time d
 those functions. Setting the clock writes that row and commits, so every connection opened
 by the app sees the new time in its next statement: a job's ``run_at``, a retry's backoff, a
 worker's heartbeat and a run's slot are all on the test's time. ``clock.release()`` gives the
-database its real clock back.
+database its real clock back. Code that reads Python's own clock (``datetime.now()``: a run
+without ``now=``, your code) is frozen at the same instant inside ``with
+clock.python_frozen():`` (freezegun, which must be installed; the event loop's clock stays
+real, so timeouts and polls keep working).
 
 pg-boss's ``TestClock`` is the model; the difference is that cronlock's periodic side moves
 too, so slots, grace, misfires and DST transitions are tested in milliseconds.
@@ -18,11 +21,21 @@ too, so slots, grace, misfires and DST transitions are tested in milliseconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from .. import pg, sql
 from ..database import Database
 from .databases import APPLICATION_NAME, run_sync
+
+
+class _Freezer(Protocol):
+    """What the clock needs of freezegun's frozen time: to move it."""
+
+    def move_to(self, target_datetime: datetime) -> None: ...
+
 
 __all__ = ["TestClock"]
 
@@ -63,6 +76,7 @@ class TestClock:
         self.url = url
         self._now = _aware(start) if start is not None else datetime.now(UTC)
         self._frozen = True
+        self._python: _Freezer | None = None
         run_sync(_write(url, self._now))
 
     def now(self) -> datetime:
@@ -74,6 +88,8 @@ class TestClock:
         self._now = _aware(moment)
         self._frozen = True
         run_sync(_write(self.url, self._now))
+        if self._python is not None:
+            self._python.move_to(self._now)
         return self._now
 
     def advance(self, delta: timedelta | None = None, /, **parts: float) -> datetime:
@@ -82,8 +98,27 @@ class TestClock:
         step = (delta or timedelta()) + timedelta(**parts)
         return self.set(self.now() + step)
 
+    @contextmanager
+    def python_frozen(self) -> Iterator[None]:
+        """Freeze Python's ``datetime.now()`` and ``time.time()`` too (freezegun) at the
+        clock's instant for the block, moved by every ``set`` and ``advance`` in it. The
+        event loop keeps its real clock (freezegun's ``real_asyncio``)."""
+        if not self._frozen:
+            raise RuntimeError("the test clock is released: set() it before freezing Python")
+        from freezegun import freeze_time
+
+        with freeze_time(self._now, real_asyncio=True) as factory:
+            self._python = factory
+            try:
+                yield
+            finally:
+                self._python = None
+
     def release(self) -> None:
-        """Give Python and the database the real time back (``set`` freezes them again)."""
+        """Give Python and the database the real time back (``set`` freezes them again).
+        Not inside ``python_frozen``."""
+        if self._python is not None:
+            raise RuntimeError("release() inside python_frozen(): leave the block first")
         self._frozen = False
         run_sync(_write(self.url, None))
 

@@ -187,3 +187,19 @@ async def test_a_run_past_its_grace_belongs_to_no_slot(
     result = await mail_app.run("nightly-report", now=cronlock_clock.now())
 
     assert (result.status, result.skip_reason) == (RunStatus.SKIPPED, "no_slot")
+
+
+async def test_code_that_reads_python_s_clock_is_frozen_with_it(
+    mail_app: App, cronlock_clock: TestClock
+) -> None:
+    cronlock_clock.set(datetime(2026, 3, 29, 1, 0, 5, tzinfo=UTC))
+    with cronlock_clock.python_frozen():
+        result = await mail_app.run("nightly-report")  # no now=: it reads datetime.now()
+        cronlock_clock.advance(days=1)
+        tomorrow = datetime.now(UTC)
+
+    assert (result.status, result.slot) == (
+        RunStatus.COMPLETED,
+        datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+    )
+    assert tomorrow == datetime(2026, 3, 30, 1, 0, 5, tzinfo=UTC)

@@ -41,4 +41,4 @@ def test_a_project_of_its_own_runs_the_example_with_the_plugin_alone(tmp_path: P
     )
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "6 passed" in done.stdout
+    assert "7 passed" in done.stdout
