@@ -26,6 +26,7 @@ __all__ = [
     "CLOCK_SCHEMA",
     "CLOCK_SEARCH_PATH",
     "CLOCK_SET",
+    "DATABASE_BACKENDS",
     "SERVER_VERSION",
     "create_database",
     "drop_database",
@@ -112,6 +113,15 @@ CLOCK_SET = "UPDATE cronlock_testclock.clock SET frozen_at = $1"
 CLOCK_NOW = "SELECT now()"
 
 SERVER_VERSION = "SELECT current_setting('server_version_num')::int"
+
+# The client connections to database $1 other than the asking one (autovacuum is no leak).
+DATABASE_BACKENDS = """
+SELECT pid, coalesce(nullif(application_name, ''), '?') AS application, state,
+       left(query, 60) AS query
+FROM pg_stat_activity
+WHERE datname = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+ORDER BY pid
+"""
 
 _quote = postgresql.dialect().identifier_preparer.quote_identifier  # type: ignore[no-untyped-call]
 

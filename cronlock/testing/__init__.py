@@ -16,11 +16,12 @@ docs/how-to/testing.md walks through it; tests/integration/test_testing_kit.py i
 from __future__ import annotations
 
 from .clock import TestClock
-from .databases import SERVER_ENV, DatabasePool, server_url
+from .databases import SERVER_ENV, ConnectionsLeftOpen, DatabasePool, server_url
 from .queue import Drained, assert_enqueued, drain_until_idle, eager, enqueued
 
 __all__ = [
     "SERVER_ENV",
+    "ConnectionsLeftOpen",
     "DatabasePool",
     "Drained",
     "TestClock",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,7 @@ from ..errors import ConfigurationError
 
 __all__ = [
     "SERVER_ENV",
+    "ConnectionsLeftOpen",
     "DatabasePool",
     "database_url",
     "prepare_template",
@@ -48,6 +50,10 @@ T = TypeVar("T")
 SERVER_ENV = "CRONLOCK_TEST_DATABASE_URL"
 FALLBACK_ENV = "CRONLOCK_DATABASE_URL"
 APPLICATION_NAME = "cronlock-testing"
+
+# How long connections closed at the end of a test (a pool just disposed) may take to leave
+# the server before they count as left open.
+LINGER = 5.0
 
 # What a template may be given after cronlock's migrations: the user's own (their tables,
 # their migrations), on the template's URL.
@@ -116,14 +122,40 @@ async def prepare_template(server: URL, name: str, setup: TemplateSetup | None =
     await _execute(url, sql.CLOCK_INSTALL, sql.CLOCK_REBIND_DEFAULTS, sql.CLOCK_SEARCH_PATH)
 
 
+class ConnectionsLeftOpen(AssertionError):
+    """A test left connections to its database open: an app whose database was never
+    disposed, a process never stopped. They were ended when the database was dropped."""
+
+
+async def _left_open(server: URL, name: str, linger: float) -> list[str]:
+    """The connections to database ``name`` still there once closed ones had ``linger``
+    seconds to leave, described."""
+    connection = await pg.connect(Database(server), APPLICATION_NAME)
+    try:
+        deadline = time.monotonic() + linger
+        while True:
+            rows = await connection.fetch(sql.DATABASE_BACKENDS, name)
+            if not rows or time.monotonic() >= deadline:
+                return [
+                    f"pid {pid} ({application}, {state}: {query!r})"
+                    for pid, application, state, query in rows
+                ]
+            await asyncio.sleep(0.01)  # the server's catalog is polled: no event to wait on
+    finally:
+        await connection.close()
+
+
 class DatabasePool:
     """Copies of ``template`` (made by ``prepare_template``) on ``server``, lent with
     ``lease()``. ``DatabasePool.create(server)`` makes the template too, and ``close()``
     drops it."""
 
-    def __init__(self, server: URL, template: str, *, owns_template: bool = False) -> None:
+    def __init__(
+        self, server: URL, template: str, *, owns_template: bool = False, linger: float = LINGER
+    ) -> None:
         self.server = server
         self.template = template
+        self.linger = linger  # seconds a closed connection may take to leave (ConnectionsLeftOpen)
         self._owns_template = owns_template
         self._file_copy: bool | None = None
         self._lock = threading.Lock()
@@ -152,12 +184,23 @@ class DatabasePool:
     @contextmanager
     def lease(self) -> Iterator[str]:
         """The name of a freshly migrated database of the block's own; dropped afterwards
-        (``WITH (FORCE)``: a connection the block left open is ended with it)."""
+        (``WITH (FORCE)``). A connection the block left open is ended with it and raised
+        as ``ConnectionsLeftOpen``, naming it (a test's teardown fails, as it should: a
+        leaked pool in one test is a warning, or a stuck process, in another)."""
         name = self._create_copy()
+        left: list[str] = []
         try:
             yield name
         finally:
-            run_sync(_execute(self.server, sql.drop_database(name)))
+            try:
+                left = run_sync(_left_open(self.server, name, self.linger))
+            finally:
+                run_sync(_execute(self.server, sql.drop_database(name)))
+        if left:
+            raise ConnectionsLeftOpen(
+                f"the test left {len(left)} connection(s) to its database {name} open "
+                f"(ended with it): " + "; ".join(left)
+            )
 
     def url(self, name: str) -> str:
         """The URL of the leased database ``name``."""

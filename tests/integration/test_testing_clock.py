@@ -7,6 +7,9 @@ on the real clock (a keyword, not a name any search_path reaches)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,7 +19,13 @@ from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from cronlock import App, Backoff, Database, JobStatus
-from cronlock.testing import DatabasePool, TestClock, drain_until_idle, enqueued
+from cronlock.testing import (
+    ConnectionsLeftOpen,
+    DatabasePool,
+    TestClock,
+    drain_until_idle,
+    enqueued,
+)
 
 FROZEN = datetime(2026, 10, 25, 0, 59, 59, tzinfo=UTC)
 
@@ -201,3 +210,36 @@ def test_a_template_setup_gets_its_time_defaults_rebound(cronlock_server: URL) -
         "cronlock_testclock.clock_timestamp()",
         "CURRENT_DATE",
     ]
+
+
+def test_a_connection_left_open_fails_the_lease_naming_it(
+    cronlock_database_pool: DatabasePool,
+) -> None:
+    pool = DatabasePool(cronlock_database_pool.server, cronlock_database_pool.template, linger=0.2)
+    with (
+        pytest.raises(ConnectionsLeftOpen, match=r"left 1 connection\(s\).*leaky"),
+        pool.lease() as name,
+    ):
+        leaky = subprocess.Popen(
+            ["psql", "-qAtc", "SELECT pg_sleep(60)", pool.url(name)],
+            env={**os.environ, "PGAPPNAME": "leaky"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while not asyncio.run(_sleeping(pool, name)) and time.monotonic() < deadline:
+            time.sleep(0.02)  # polled: psql's query reaching the server is no event to wait on
+    assert leaky.wait(timeout=10) != 0  # ended with the database
+
+
+async def _sleeping(pool: DatabasePool, name: str) -> bool:
+    server = Database(pool.server)
+    try:
+        found = await scalars(
+            server,
+            f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{name}' "
+            "AND query LIKE 'SELECT pg_sleep%'",
+        )
+        return bool(found[0])
+    finally:
+        await server.dispose()
