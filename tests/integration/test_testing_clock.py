@@ -127,16 +127,19 @@ async def flaky(session: AsyncSession, payload: dict[str, Any]) -> None:
         raise RuntimeError(f"attempt {len(attempts)} fails")
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["exclusive", "shared"])
 @pytest.mark.parametrize("commit_mode", ["strict", "batch", "lease"])
 async def test_a_retried_job_runs_when_the_clock_reaches_its_backoff(
-    cronlock_database_url: str, cronlock_clock: TestClock, commit_mode: str
+    cronlock_database_url: str, cronlock_clock: TestClock, commit_mode: str, shared: bool
 ) -> None:
     attempts.clear()
     cronlock_clock.set(FROZEN)
     database = retry_app.use_database(cronlock_database_url)
     try:
         await retry_app.enqueue("flaky", {})
-        drained = await drain_until_idle(retry_app, clock=cronlock_clock, commit_mode=commit_mode)
+        drained = await drain_until_idle(
+            retry_app, clock=cronlock_clock, commit_mode=commit_mode, shared=shared
+        )
         [job] = await enqueued(retry_app, "flaky")
     finally:
         await database.dispose()
