@@ -1,8 +1,8 @@
 """What the testing kit's clock covers in the database, and what it does not (docs/how-to/testing.md
 lists both): the four time functions called unqualified, every time default of cronlock's
 tables, the defaults of a table a test creates, a plpgsql function's calls, and the queue's
-claim and backoff in every commit and queue mode. ``CURRENT_TIMESTAMP`` in a table a test creates stays
-on the real clock (a keyword, not a name any search_path reaches)."""
+claim and backoff in every commit and queue mode. ``CURRENT_TIMESTAMP`` in a table a test
+creates stays on the real clock (a keyword, not a name any search_path reaches)."""
 
 from __future__ import annotations
 
