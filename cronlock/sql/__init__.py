@@ -2,14 +2,15 @@
 
 Statements are SQLAlchemy Core built from the tables (``tables.py``), one module per table
 (``jobs``, ``runs``, ``workers``, ``queues``, ``tasks``, ``waits``) plus the advisory locks
-(``locks``), the testing kit's clock and test databases (``testing``), the item savepoints'
-verbs (``savepoints``), alembic's version table (``migrations``) and histogram buckets computed
-in SQL (``histograms``); ``cronlock bench``'s are ``cronlock_bench.sql``, held to the same
-rules. Values are bound parameters and the schema is applied by ``schema_translate_map``, so
-nothing from input is ever formatted into SQL. Names put the noun first so related statements
-sort together; every statement is re-exported here, so code reads ``sql.JOB_CLAIM``. A statement
-whose shape follows an operator's filter is built by a lower-case function
-(``sql.job_list(...)``) from the same tables, its values bound all the same.
+(``locks``),
+the item savepoints' verbs (``savepoints``), alembic's version table (``migrations``) and
+histogram buckets computed in SQL (``histograms``); ``cronlock bench``'s are
+``cronlock_bench.sql``, held to the same rules. Values are bound parameters and the schema is
+applied by ``schema_translate_map``, so nothing from input is ever formatted into SQL. Names
+put the noun first so related statements sort together; every statement is re-exported here,
+so code reads ``sql.JOB_CLAIM``. A statement whose shape follows an operator's filter is built
+by a lower-case function (``sql.job_list(...)``) from the same tables, its values bound all
+the same.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from . import (
     runs,
     savepoints,
     tasks,
-    testing,
     waits,
     workers,
 )
@@ -38,7 +38,6 @@ from .rollups import *  # noqa: F403
 from .runs import *  # noqa: F403
 from .savepoints import *  # noqa: F403
 from .tasks import *  # noqa: F403
-from .testing import *  # noqa: F403
 from .waits import *  # noqa: F403
 from .workers import *  # noqa: F403
 
@@ -53,6 +52,5 @@ __all__ += rollups.__all__
 __all__ += runs.__all__
 __all__ += savepoints.__all__
 __all__ += tasks.__all__
-__all__ += testing.__all__
 __all__ += waits.__all__
 __all__ += workers.__all__

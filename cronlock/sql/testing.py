@@ -1,5 +1,6 @@
 """Statements of the testing kit (``cronlock.testing``): its test clock in the database, and the
-administration of its test databases. Nothing here runs outside a test.
+administration of its test databases. Nothing here runs outside a test: the kit imports this
+module itself, and ``cronlock.sql`` does not re-export it (no command needs it built).
 
 The clock is a schema of its own, ``cronlock_testclock``: a one-row table holding the instant
 the clock is frozen at (NULL: real time) and four functions that shadow PostgreSQL's

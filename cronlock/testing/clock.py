@@ -26,8 +26,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from .. import pg, sql
+from .. import pg
 from ..database import Database
+from ..sql import testing as sql
 from .databases import APPLICATION_NAME, run_sync
 
 

@@ -31,9 +31,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy import URL
 
-from .. import pg, schema, sql
+from .. import pg, schema
 from ..database import Database, normalize_url
 from ..errors import ConfigurationError
+from ..sql import testing as sql
 
 __all__ = [
     "SERVER_ENV",
