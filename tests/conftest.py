@@ -28,6 +28,7 @@ from sqlalchemy import URL
 from cronlock import embedded, schema
 from cronlock.database import Database, normalize_url
 from cronlock.errors import CronlockError
+from cronlock.testing import plugin as testing_plugin
 
 SERVER_ENV = "CRONLOCK_TEST_DATABASE_URL"
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +42,11 @@ _shared_server = ExitStack()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The testing kit's fixtures (tests/integration/test_testing_kit.py uses them as a user
+    # would): loaded by the pytest11 entry point once cronlock is installed with it, and here
+    # when the installed metadata predates it (an editable install made before it existed).
+    if not config.pluginmanager.is_registered(testing_plugin):
+        config.pluginmanager.register(testing_plugin, "cronlock")
     # A suite started as a background job of a script (`pytest &`) inherits SIGINT ignored, and
     # so would every command a test starts: the tests that press Ctrl-C on one (SIGINT) would
     # then wait for nothing. A handled signal goes back to its default in a child, as a user's
