@@ -84,8 +84,8 @@ class SkipReason(enum.StrEnum):
 
 
 class JobStatus(enum.StrEnum):
-    """The reference's statuses, plus ``cancelled``. In the transactional commit modes
-    ``processing`` is what a job is inside the transaction that runs it; other sessions see it
+    """The reference's statuses, plus ``cancelled`` and ``blocked``. In the transactional
+    commit modes ``processing`` is what a job is inside the transaction that runs it; others see it
     ``pending``/``retrying`` and locked (SKIP LOCKED skips it). In the ``lease`` mode the claim
     commits it ``processing``, with its owner and attempt."""
 
@@ -95,10 +95,16 @@ class JobStatus(enum.StrEnum):
     FAILED = "failed"
     RETRYING = "retrying"
     CANCELLED = "cancelled"  # by an operator, before it ran: it never runs
+    # Enqueued with ``depends_on``: it waits, outside the claim, until every job it depends on
+    # completed (then it is ``pending``, in that last completion's transaction), and is
+    # cancelled when one of them fails or is cancelled (queue/dependencies.py).
+    BLOCKED = "blocked"
 
 
 # A job that is due to run (once its run_at has come): what the claim and the dedup index read.
 JOB_WAITING_STATUSES = (JobStatus.PENDING, JobStatus.RETRYING)
+# A job an operator's cancel ends at once: one waiting to run, or waiting for its parents.
+JOB_CANCELLABLE_STATUSES = (*JOB_WAITING_STATUSES, JobStatus.BLOCKED)
 # A job that is done for good: what retention prunes and what may be deleted.
 JOB_FINISHED_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 # A job an operator's retry makes due now: one that failed for good, or waits for its retry.

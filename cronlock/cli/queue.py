@@ -97,6 +97,13 @@ def _parse_run_at(value: str | None) -> datetime | None:
     is_flag=True,
     help="Enqueue a job type the app neither handles nor declares (a drainer must know it).",
 )
+@click.option(
+    "--depends-on",
+    "depends_on",
+    multiple=True,
+    metavar="ID",
+    help="A job that must complete first (repeat for more); the job waits blocked until then.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_options
 def enqueue(
@@ -113,6 +120,7 @@ def enqueue(
     concurrency_limit: int | None,
     timeout: float | None,
     allow_unknown: bool,
+    depends_on: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Add a job of JOB_TYPE (PAYLOAD is JSON, default null); prints its id."""
@@ -147,6 +155,7 @@ def enqueue(
         concurrency_keys=None if concurrency_key is None else [concurrency_key],
         concurrency_limit=concurrency_limit,
         timeout=timeout,
+        depends_on=list(depends_on) or None,
     )
     database = options.database(app)
 
@@ -165,6 +174,7 @@ def enqueue(
             concurrency_limit=concurrency_limit,
             timeout=timeout,
             allow_unknown=allow_unknown,
+            depends_on=list(depends_on) or None,
         )
 
     answer = run(go, app)

@@ -656,6 +656,9 @@ def job_lines(job: JobInfo) -> list[str]:
         f"  payload     {json.dumps(job.payload)}",
         f"  result      {json.dumps(job.result)}",
     ]
+    if job.depends_on:
+        left = "" if job.parents_left is None else f" ({job.parents_left} not completed yet)"
+        lines.append(f"  parents     {', '.join(map(str, job.depends_on))}{left}")
     if job.cancel_requested_at is not None:
         lines.append(f"  cancel      requested {job.cancel_requested_at.isoformat()}")
     if job.error_message and job.status is not JobStatus.COMPLETED:

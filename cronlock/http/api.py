@@ -102,6 +102,11 @@ class EnqueueRequest(BaseModel):
     allow_unknown: StrictBool = Field(
         default=False, description="Enqueue a job type the server's app does not know."
     )
+    depends_on: list[uuid.UUID] | None = Field(
+        default=None,
+        max_length=10_000,
+        description="Ids of existing jobs: this one runs once they all completed.",
+    )
 
     @model_validator(mode="after")
     def _one_schedule(self) -> EnqueueRequest:
@@ -160,6 +165,12 @@ class JobView(BaseModel):
     started_at: datetime | None
     completed_at: datetime | None
     cancel_requested_at: datetime | None = None
+    depends_on: list[uuid.UUID] = Field(
+        default_factory=list, description="The jobs it waits for (status blocked) or waited for."
+    )
+    parents_left: int | None = Field(
+        default=None, description="How many of depends_on have not completed yet."
+    )
 
 
 class JobPageView(BaseModel):
@@ -325,6 +336,7 @@ def create_router(
                 concurrency_limit=body.concurrency_limit,
                 timeout=body.timeout,
                 allow_unknown=body.allow_unknown,
+                depends_on=body.depends_on,
             )
         except DatabaseUnavailable:
             raise  # a 503 (GuardedRoute), not the request's fault

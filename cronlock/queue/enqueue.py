@@ -9,6 +9,9 @@ Given the ``Database`` instead of a transaction, the statement is sent alone on 
 connection and commits by itself: one round trip per job, the fast path for one at a time.
 A dedup key makes a second *waiting* job with that key a no-op that returns the first one's id
 (a partial unique index enforces it, so it holds under concurrent enqueues).
+Jobs with ``depends_on`` (ids of existing jobs) take three statements: the parents' locks,
+their statuses, and the jobs with their edges (``blocked`` until every parent completed; the
+``jobs_released`` trigger of ``sql/tables.py`` settles them in the parents' transactions).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from sqlalchemy.sql import ClauseElement, Executable
 from .. import sql
 from ..database import Database
 from ..errors import InvalidJobOption
+from ..outcome import JobStatus
 from ..pg import AsyncpgStatement, rows_of
 from ..sql.tables import SCHEMA
 from .jobs import (
@@ -39,7 +43,16 @@ from .jobs import (
     to_payload,
 )
 
-__all__ = ["Batch", "EnqueueOptions", "NewJobs", "Plan", "enqueue_many", "insert_plan", "prepare"]
+__all__ = [
+    "Batch",
+    "EnqueueOptions",
+    "NewJobs",
+    "Plan",
+    "check_parents",
+    "enqueue_many",
+    "insert_plan",
+    "prepare",
+]
 
 
 async def enqueue_many(
@@ -89,6 +102,7 @@ class EnqueueOptions(TypedDict, total=False):
     concurrency_limit: int | None
     timeout: float | None  # the job's own (seconds), beside its type's
     allow_unknown: bool
+    depends_on: Sequence[uuid.UUID | str | Enqueued] | None  # jobs that must complete first
 
 
 class NewJobs(EnqueueOptions, total=False):
@@ -108,6 +122,7 @@ class Batch:
     concurrency_keys: list[str | None]
     concurrency_limits: list[int | None]
     common: dict[str, Any]
+    depends_on: tuple[uuid.UUID, ...] = ()  # distinct, in the order given
 
 
 def prepare(
@@ -126,6 +141,7 @@ def prepare(
     concurrency_keys: Sequence[str | None] | None = None,
     concurrency_limit: int | None = None,
     timeout: float | None = None,
+    depends_on: Sequence[uuid.UUID | str | Enqueued] | None = None,
 ) -> Batch | None:
     """Every check an enqueue makes, on every client, before anything is written: the jobs
     to write, or None for no payloads. Raises a ``JobError`` naming what is wrong."""
@@ -147,6 +163,9 @@ def prepare(
         texts = [dump(payload, f"payload {i}") for i, payload in enumerate(payloads)]
     keys = check_dedup_keys(dedup_keys, len(texts))
     limited, limits = check_concurrency(handler, concurrency_keys, concurrency_limit, len(texts))
+    parents = check_parents(depends_on)
+    if parents and any(key is not None for key in keys):
+        raise InvalidJobOption("a job with depends_on cannot have a dedup key")
     if not texts:
         return None
     common = {
@@ -160,7 +179,28 @@ def prepare(
     }
     if trace_context is not None:
         common["trace_context"] = trace_context
-    return Batch(texts, keys, limited, limits, common)
+    return Batch(texts, keys, limited, limits, common, parents)
+
+
+def check_parents(depends_on: Sequence[uuid.UUID | str | Enqueued] | None) -> tuple[uuid.UUID, ...]:
+    """The ids of ``depends_on`` (UUIDs, their text, or enqueue answers), each once, in the
+    order given; an ``InvalidJobOption`` for one that is not a job id."""
+    if depends_on is None:
+        return ()
+    if isinstance(depends_on, str | uuid.UUID | Enqueued):
+        raise InvalidJobOption("depends_on takes a list of job ids, not one")
+    found: dict[uuid.UUID, None] = {}
+    for given in depends_on:
+        if isinstance(given, Enqueued):
+            found[given.id] = None
+        elif isinstance(given, uuid.UUID):
+            found[given] = None
+        else:
+            try:
+                found[uuid.UUID(str(given))] = None
+            except ValueError:
+                raise InvalidJobOption(f"depends_on: {given!r} is not a job id") from None
+    return tuple(found)
 
 
 # What an insert plan asks its runner: a statement and its parameters; the runner sends back
@@ -177,6 +217,8 @@ def insert_plan(batch: Batch) -> Plan:
     keys = batch.dedup_keys
     texts = batch.texts
     traced = "trace_context" in batch.common
+    if batch.depends_on:
+        return (yield from _dependent_plan(batch))
     if len(texts) == 1 and keys[0] is None:
         job_id = uuid.uuid4()
         one = sql.JOB_INSERT_ONE_TRACED if traced else sql.JOB_INSERT_ONE
@@ -231,6 +273,54 @@ def insert_plan(batch: Batch) -> Plan:
     return [answer for answer in answers if answer is not None]
 
 
+def _dependent_plan(batch: Batch) -> Plan:
+    """The jobs of ``batch`` after their parents: lock the parents' buckets, read their
+    statuses, then write the jobs and their edges. An unknown parent is refused before
+    anything is written. Every parent completed: the jobs are ``pending``. One failed or
+    cancelled already: they are written ``cancelled`` at once, as they would be had it ended
+    a moment later (a failed parent cancels its dependents, whichever comes first)."""
+    parents = list(batch.depends_on)
+    yield sql.DEPENDENCY_LOCK, {"parents": parents}
+    rows = yield sql.DEPENDENCY_PARENTS, {"parents": parents}
+    statuses = {_job_id(job_id): str(status) for job_id, status in rows}
+    missing = [str(parent) for parent in parents if parent not in statuses]
+    if missing:
+        shown = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
+        raise InvalidJobOption(f"depends_on names no job {shown}: a parent must exist first")
+    ended = [p for p in parents if statuses[p] in (JobStatus.FAILED, JobStatus.CANCELLED)]
+    waiting_on = [p for p in parents if statuses[p] != JobStatus.COMPLETED]
+    error = None
+    if ended:
+        status = JobStatus.CANCELLED
+        error = f"cancelled: job {ended[0]} it depends on was {statuses[ended[0]]} already"
+    elif waiting_on:
+        status = JobStatus.BLOCKED
+    else:
+        status = JobStatus.PENDING
+    ids = [uuid.uuid4() for _ in batch.texts]
+    traced = "trace_context" in batch.common
+    statement = sql.JOB_INSERT_DEPENDENT_TRACED if traced else sql.JOB_INSERT_DEPENDENT
+    yield (
+        statement,
+        {
+            **batch.common,
+            "ids": ids,
+            "payloads": batch.texts,
+            "dedup_keys": None,
+            "concurrency_keys": _column(batch.concurrency_keys),
+            "concurrency_limits": _column(batch.concurrency_limits),
+            "status": status.value,
+            "parents_left": len(waiting_on),
+            "depends_on": parents,
+            "open_parents": waiting_on if status is JobStatus.BLOCKED else [],
+            "error": error,
+        },
+    )
+    return [Enqueued(job_id) for job_id in ids]
+
+
 def _column(values: list[Any]) -> list[Any] | None:
     """A column of the new jobs as an array, or NULL when it holds only NULLs (no job has a
     dedup or concurrency key): the statement's ``unnest`` pads a NULL array with NULLs, and
@@ -278,11 +368,11 @@ async def _on_own_connection(database: Database, batch: Batch) -> list[Enqueued]
     keys = batch.dedup_keys
     texts = batch.texts
     common = batch.common
-    alone = not database.pgbouncer and all(key is None for key in keys)
+    alone = not database.pgbouncer and all(key is None for key in keys) and not batch.depends_on
     quick = database.quick
     driver, pooled = await quick.acquire()
     try:
-        if len(texts) == 1 and keys[0] is None:
+        if len(texts) == 1 and keys[0] is None and not batch.depends_on:
             job_id = uuid.uuid4()
             one = sql.JOB_INSERT_ONE_TRACED if "trace_context" in common else sql.JOB_INSERT_ONE
             insert = _compiled(one, database.schema)

@@ -35,6 +35,7 @@ from .. import sql
 from ..database import Database
 from ..errors import InvalidJobOption
 from ..outcome import (
+    JOB_CANCELLABLE_STATUSES,
     JOB_FINISHED_STATUSES,
     JOB_RETRYABLE_STATUSES,
     JOB_WAITING_STATUSES,
@@ -110,11 +111,11 @@ _RULES = {
         "only a failed job, or a retrying one not yet due, is retried",
     ),
     Verb.CANCEL: _VerbRule(
-        JOB_WAITING_STATUSES,
+        JOB_CANCELLABLE_STATUSES,
         ChangeOutcome.CANCELLED,
         JobStatus.CANCELLED,
         lambda: sql.JOB_CANCEL,
-        "only a waiting job (pending or retrying) is cancelled",
+        "only a waiting job (pending, retrying or blocked) is cancelled",
     ),
     Verb.DELETE: _VerbRule(
         JOB_FINISHED_STATUSES,
@@ -153,6 +154,9 @@ class JobInfo:
     completed_at: datetime | None
     # An operator's cancel of the running job, not settled yet (cancel.py).
     cancel_requested_at: datetime | None = None
+    # The jobs it was enqueued to follow (depends_on), and how many have not completed yet.
+    depends_on: tuple[uuid.UUID, ...] = ()
+    parents_left: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobInfo:
@@ -175,6 +179,8 @@ class JobInfo:
             started_at=row["started_at"],
             completed_at=row["completed_at"],
             cancel_requested_at=row.get("cancel_requested_at"),
+            depends_on=tuple(uuid.UUID(str(p)) for p in row.get("depends_on") or ()),
+            parents_left=row.get("parents_left"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,6 +203,8 @@ class JobInfo:
             "started_at": _iso(self.started_at),
             "completed_at": _iso(self.completed_at),
             "cancel_requested_at": _iso(self.cancel_requested_at),
+            "depends_on": [str(parent) for parent in self.depends_on],
+            "parents_left": self.parents_left,
         }
 
 

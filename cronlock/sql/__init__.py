@@ -1,8 +1,8 @@
 """Every SQL statement cronlock issues, named, parameterised, in one place: this package.
 
 Statements are SQLAlchemy Core built from the tables (``tables.py``), one module per table
-(``jobs``, ``runs``, ``workers``, ``queues``, ``tasks``, ``waits``) plus the advisory locks
-(``locks``),
+(``jobs``, ``runs``, ``workers``, ``queues``, ``tasks``, ``waits``, ``dependencies``) plus
+the advisory locks (``locks``),
 the item savepoints' verbs (``savepoints``), alembic's version table (``migrations``) and
 histogram buckets computed in SQL (``histograms``); ``cronlock bench``'s are
 ``cronlock_bench.sql``, held to the same rules. Values are bound parameters and the schema is
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     # What the type checker reads: every name, as if imported at once.
     from .cancels import *  # noqa: F403
+    from .dependencies import *  # noqa: F403
     from .histograms import LATENCY_BUCKETS as LATENCY_BUCKETS
     from .jobs import *  # noqa: F403
     from .locks import *  # noqa: F403
@@ -48,6 +49,7 @@ _STATEMENTS: dict[str, tuple[str, ...]] = {
         "CANCEL_REQUEST",
         "CANCEL_REQUESTED",
     ),
+    "dependencies": ("DEPENDENCY_LOCK", "DEPENDENCY_PARENTS"),
     "jobs": (
         "CONCURRENCY_NAMESPACE",
         "JOB_BY_DEDUP_KEY",
@@ -64,6 +66,8 @@ _STATEMENTS: dict[str, tuple[str, ...]] = {
         "JOB_FINISH_MANY",
         "JOB_GET",
         "JOB_GET_COLUMNS",
+        "JOB_INSERT_DEPENDENT",
+        "JOB_INSERT_DEPENDENT_TRACED",
         "JOB_INSERT_MANY",
         "JOB_INSERT_MANY_TRACED",
         "JOB_INSERT_ONE",

@@ -28,6 +28,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    insert,
     literal_column,
     null,
     or_,
@@ -43,10 +44,17 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement, Grouping
 
 from ..locks import namespace_key
-from ..outcome import JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
+from ..outcome import JOB_CANCELLABLE_STATUSES, JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
 from .histograms import buckets
 from .queues import QUEUE_PAUSED_NOW
-from .tables import JOB_DEDUP_PREDICATE, JOB_DEDUP_STATUSES, SNOOZED_ENTRY, cancel_requests, jobs
+from .tables import (
+    JOB_DEDUP_PREDICATE,
+    JOB_DEDUP_STATUSES,
+    SNOOZED_ENTRY,
+    cancel_requests,
+    job_dependencies,
+    jobs,
+)
 
 __all__ = [
     "CONCURRENCY_NAMESPACE",
@@ -64,6 +72,8 @@ __all__ = [
     "JOB_FINISH_MANY",
     "JOB_GET",
     "JOB_GET_COLUMNS",
+    "JOB_INSERT_DEPENDENT",
+    "JOB_INSERT_DEPENDENT_TRACED",
     "JOB_INSERT_MANY",
     "JOB_INSERT_MANY_TRACED",
     "JOB_INSERT_ONE",
@@ -141,7 +151,7 @@ _INSERT_COLUMNS = [
 ]
 
 
-def _insert_many(*, traced: bool) -> Any:
+def _insert_many(*, traced: bool, dependent: bool = False) -> Any:
     values = [
         cast(_new_jobs.c.id, Uuid),
         bindparam("job_type", type_=Text),
@@ -162,12 +172,51 @@ def _insert_many(*, traced: bool) -> Any:
     if traced:  # one enqueue, one span: its context is the same for all its jobs
         columns.append("trace_context")
         values.append(bindparam("trace_context", type_=Text))
+    if dependent:
+        return _with_edges(columns, values)
     return (
         pg_insert(jobs)
         .from_select(columns, select(*values))
         .on_conflict_do_nothing(index_elements=[jobs.c.dedup_key], index_where=_DEDUP_WHERE)
         .returning(jobs.c.id)
     )
+
+
+_open_parents = (
+    func.unnest(bindparam("open_parents", type_=ARRAY(Uuid)))
+    .table_valued(column("parent_id", Uuid))
+    .render_derived(name="open_parents")
+)
+
+
+def _with_edges(columns: list[str], values: list[Any]) -> Any:
+    """The jobs of an enqueue with depends_on, and one edge per job and parent that has not
+    completed (job_dependencies), in one statement: ``blocked`` with :parents_left, or
+    ``pending`` when every parent completed, or ``cancelled`` at once when one had failed or
+    been cancelled (:error says which). No dedup keys (refused with depends_on)."""
+    status = bindparam("status", type_=Text)
+    extra = {
+        "status": status,
+        "parents_left": bindparam("parents_left", type_=Integer),
+        "depends_on": bindparam("depends_on", type_=ARRAY(Uuid)),
+        "completed_at": case((status == literal_column("'cancelled'"), func.now())),
+        "error_message": bindparam("error", type_=Text),
+    }
+    new = (
+        pg_insert(jobs)
+        .from_select([*columns, *extra], select(*values, *extra.values()))
+        .returning(jobs.c.id)
+        .cte("new_jobs")
+    )
+    return insert(job_dependencies).from_select(
+        ["parent_id", "child_id"],
+        select(_open_parents.c.parent_id, new.c.id).select_from(new.join(_open_parents, true())),
+    )
+
+
+# Jobs with depends_on, and their edges (JOB_INSERT_MANY's columns, enqueue.insert_plan).
+JOB_INSERT_DEPENDENT = _insert_many(traced=False, dependent=True)
+JOB_INSERT_DEPENDENT_TRACED = _insert_many(traced=True, dependent=True)
 
 
 JOB_INSERT_MANY = _insert_many(traced=False)
@@ -1119,9 +1168,12 @@ JOB_RETRY = (
     .returning(jobs.c.id)
 )
 
-_cancel_locked = _locked(_WAITING)
+_cancel_locked = _locked(
+    jobs.c.status.in_([literal_column(repr(s.value)) for s in JOB_CANCELLABLE_STATUSES])
+)
 
-# Cancel :ids: each waiting job that no drainer holds becomes cancelled and never runs.
+# Cancel :ids: each waiting job (or one blocked on its parents) that no drainer holds becomes
+# cancelled and never runs; the jobs that depend on it are cancelled with it (jobs_released).
 JOB_CANCEL = (
     update(jobs)
     .where(jobs.c.id == _cancel_locked.c.id)

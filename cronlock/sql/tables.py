@@ -35,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import TextClause
 
+from ..locks import namespace_key
 from ..outcome import (
     JOB_WAITING_STATUSES,
     RUN_CLAIMING_STATUSES,
@@ -47,10 +48,14 @@ from .histograms import LATENCY_BUCKETS
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "DEPENDENCY_BUCKETS",
+    "DEPENDENCY_NAMESPACE",
     "JOBS_ENDED_FUNCTION",
     "JOBS_ENDED_TRIGGER",
     "JOBS_NOTIFY_FUNCTION",
     "JOBS_NOTIFY_TRIGGER",
+    "JOBS_RELEASED_FUNCTION",
+    "JOBS_RELEASED_TRIGGER",
     "JOB_DEDUP_PREDICATE",
     "JOB_DEDUP_STATUSES",
     "JOB_FINISHED_PREDICATE",
@@ -74,6 +79,7 @@ __all__ = [
     "ended_channel",
     "failing_items",
     "in_list",
+    "job_dependencies",
     "job_totals",
     "job_waits",
     "jobs",
@@ -182,6 +188,12 @@ jobs = Table(
     Column("trace_context", Text),
     # -- a job's own timeout in seconds (migration 0014; NULL: its type's) --
     Column("timeout", Double),
+    # -- dependencies (migration 0018; NULL for a job enqueued without depends_on) --
+    # The jobs it was enqueued to follow, as given (kept for the operator: the edges that are
+    # still open are job_dependencies' rows), and how many of them have not completed yet:
+    # the jobs_released trigger counts it down and releases the job at 0.
+    Column("depends_on", ARRAY(Uuid)),
+    Column("parents_left", Integer),
     CheckConstraint(in_list("status", JOB_STATUSES), name="status"),
     CheckConstraint("retry_count >= 0", name="retry_count"),
     CheckConstraint("max_retries >= 0", name="max_retries"),
@@ -399,6 +411,105 @@ REFERENCING NEW TABLE AS ended_jobs FOR EACH STATEMENT EXECUTE FUNCTION %(schema
 # On jobs' creation, as jobs_notify is (plpgsql resolves job_waits when the trigger first runs).
 event.listen(jobs, "after_create", DDL(JOBS_ENDED_FUNCTION))  # type: ignore[no-untyped-call]
 event.listen(jobs, "after_create", DDL(JOBS_ENDED_TRIGGER))  # type: ignore[no-untyped-call]
+
+
+# One row per dependency not settled yet (migration 0018): child_id waits for parent_id. A row
+# goes when its parent ends (the jobs_released trigger, in the parent's transaction), so the
+# table holds the open edges only and the trigger's probe of it is a few pages at most. No
+# foreign keys: checking one would take a share lock on the parent's row, which in the
+# transactional modes a running job's lane holds for the whole run.
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column("parent_id", Uuid, primary_key=True),
+    Column("child_id", Uuid, primary_key=True),
+)
+
+# An enqueue with depends_on and a parent's end meet on an advisory lock of the parent: the
+# enqueue takes (DEPENDENCY_NAMESPACE, bucket of the parent) exclusively, then reads the
+# parents' statuses and writes its edges; the trigger takes the same lock shared for every job
+# a statement ended, then reads the edges. Whichever is first, the other sees what it did
+# committed: no child misses its last parent's end, and none counts a parent twice. The
+# parents are hashed into DEPENDENCY_BUCKETS + 1 buckets (both sides compute it in the same
+# server), so a statement that ends 10,000 jobs holds at most that many locks.
+DEPENDENCY_NAMESPACE = namespace_key("cronlock-dependencies")
+DEPENDENCY_BUCKETS = 1023  # a mask: 1,024 buckets
+
+# A statement-level trigger on every UPDATE of jobs: for the jobs the statement ended, the
+# children waiting on them are counted down (and become pending at 0: claimable at the commit
+# of the last parent's transaction, the drainers notified) or, when a parent failed or was
+# cancelled, cancelled with every job that depends on them in turn. The children's rows are
+# locked in id order before they are changed: two parents of one child ending in two
+# transactions count it down one after the other (the second reads the first's count once
+# it committed), and two such transactions never wait on each other in a cycle. When no job
+# has dependencies, its cost is the locks and one probe of the empty job_dependencies.
+_RELEASED = """\
+CREATE OR REPLACE FUNCTION %(schema)s.jobs_released() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    children uuid[];
+    counts bigint[];
+    doomed uuid[];
+    queues text[];
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(NAMESPACE, k.bucket)
+    FROM (SELECT DISTINCT hashtext(CAST(e.id AS text)) & BUCKETS AS bucket
+          FROM ended_parents AS e WHERE e.status IN ('completed', 'failed', 'cancelled')
+          ORDER BY bucket) AS k;
+    IF NOT FOUND OR NOT EXISTS (SELECT FROM %(schema)s.job_dependencies) THEN
+        RETURN NULL;
+    END IF;
+    WITH gone AS (
+        DELETE FROM %(schema)s.job_dependencies AS d USING ended_parents AS e
+        WHERE d.parent_id = e.id AND e.status IN ('completed', 'failed', 'cancelled')
+        RETURNING d.child_id, e.status = 'completed' AS ok
+    ), per_child AS (
+        SELECT child_id, count(*) AS n, bool_and(ok) AS ok FROM gone GROUP BY child_id
+    )
+    SELECT array_agg(child_id ORDER BY child_id) FILTER (WHERE ok),
+           array_agg(n ORDER BY child_id) FILTER (WHERE ok),
+           array_agg(child_id) FILTER (WHERE NOT ok)
+    INTO children, counts, doomed FROM per_child;
+    IF doomed IS NOT NULL THEN
+        WITH RECURSIVE below(id) AS (
+            SELECT unnest(doomed)
+            UNION
+            SELECT d.child_id FROM %(schema)s.job_dependencies AS d
+            JOIN below ON d.parent_id = below.id
+        )
+        SELECT array_agg(id) INTO doomed FROM below;
+    END IF;
+    IF children IS NULL AND doomed IS NULL THEN
+        RETURN NULL;
+    END IF;
+    PERFORM FROM %(schema)s.jobs
+    WHERE (id = ANY(children) OR id = ANY(doomed)) AND status = 'blocked'
+    ORDER BY id FOR NO KEY UPDATE;
+    UPDATE %(schema)s.jobs
+    SET status = 'cancelled', completed_at = now(), next_retry_at = NULL,
+        error_message = 'cancelled: a job it depends on failed or was cancelled'
+    WHERE id = ANY(doomed) AND status = 'blocked';
+    WITH released AS (
+        UPDATE %(schema)s.jobs AS j
+        SET parents_left = j.parents_left - c.n,
+            status = CASE WHEN j.parents_left - c.n <= 0 THEN 'pending' ELSE j.status END
+        FROM unnest(children, counts) AS c(id, n)
+        WHERE j.id = c.id AND j.status = 'blocked'
+        RETURNING j.queue, j.status
+    )
+    SELECT array_agg(DISTINCT queue) FILTER (WHERE status = 'pending') INTO queues FROM released;
+    PERFORM pg_notify(left(TG_TABLE_SCHEMA || '.jobs', 63), q) FROM unnest(queues) AS q;
+    RETURN NULL;
+END
+$$"""
+JOBS_RELEASED_FUNCTION = _RELEASED.replace("NAMESPACE", str(DEPENDENCY_NAMESPACE)).replace(
+    "BUCKETS", str(DEPENDENCY_BUCKETS)
+)
+JOBS_RELEASED_TRIGGER = """\
+CREATE OR REPLACE TRIGGER jobs_released AFTER UPDATE ON %(fullname)s
+REFERENCING NEW TABLE AS ended_parents FOR EACH STATEMENT
+EXECUTE FUNCTION %(schema)s.jobs_released()"""
+event.listen(jobs, "after_create", DDL(JOBS_RELEASED_FUNCTION))  # type: ignore[no-untyped-call]
+event.listen(jobs, "after_create", DDL(JOBS_RELEASED_TRIGGER))  # type: ignore[no-untyped-call]
 
 
 runs = Table(

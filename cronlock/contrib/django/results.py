@@ -69,6 +69,7 @@ _STATUS = {
     JobStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
     JobStatus.FAILED: TaskResultStatus.FAILED,
     JobStatus.CANCELLED: TaskResultStatus.FAILED,
+    JobStatus.BLOCKED: TaskResultStatus.READY,
 }
 _ENDED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 _RAN_NOW = frozenset({JobStatus.COMPLETED, JobStatus.PROCESSING})

@@ -31,9 +31,9 @@ from ...observe.browse import browse_jobs
 from ...observe.overview import collect_overview
 from ...observe.slots import OUTCOMES, slot_picture
 from ...outcome import (
+    JOB_CANCELLABLE_STATUSES,
     JOB_FINISHED_STATUSES,
     JOB_RETRYABLE_STATUSES,
-    JOB_WAITING_STATUSES,
     JobStatus,
 )
 from ...queue.operate import ChangeOutcome, JobChange
@@ -365,7 +365,7 @@ def create_dashboard(
             job=job,
             flash=flash[:300] if flash else None,
             can_retry=job.status in JOB_RETRYABLE_STATUSES,
-            can_cancel=job.status in JOB_WAITING_STATUSES,
+            can_cancel=job.status in JOB_CANCELLABLE_STATUSES,
             can_delete=job.status in JOB_FINISHED_STATUSES,
         )
 
