@@ -783,6 +783,26 @@ async def typed_stale_row(lab: Lab) -> None:
     assert await lab.log() == []
 
 
+async def dependencies(lab: Lab) -> None:
+    # A chain, a fan-out and a fan-in, and a child of a failed parent (issue 25, item 4).
+    first = await lab.enqueue("record", {"n": 1})
+    second = await lab.enqueue("record", {"n": 2}, depends_on=[first])
+    fanned = await lab.app.enqueue_many("record", [{"n": 3}, {"n": 3}], depends_on=[second])
+    last = await lab.enqueue("record", {"n": 4}, depends_on=fanned)
+    bad = await lab.enqueue("fails_now", {})
+    doomed = await lab.enqueue("record", {"n": 5}, depends_on=[first, bad])
+    assert [await lab.status(job) for job in (second, last, doomed)] == ["blocked"] * 3
+    done = await lab.drain()
+    assert (done.stats["processed"], done.stats["failed"]) == (5, 1), done.stats
+    assert lab.order == [1, 2, 3, 3, 4]  # none before its parents, each once
+    assert await lab.status(last) == "completed"
+    row = await lab.row(doomed)
+    assert (row["status"], row["error_message"]) == (
+        "cancelled",
+        "cancelled: a job it depends on failed or was cancelled",
+    )
+
+
 Scenario = Callable[[Lab], Awaitable[None]]
 
 SCENARIOS: dict[str, Scenario] = {
@@ -810,6 +830,7 @@ SCENARIOS: dict[str, Scenario] = {
     "app.wait: woken by the completion": wait_for_results,
     "typed payload: the handler receives the model": typed_payload,
     "typed payload: a stored payload that no longer fits fails its attempt": typed_stale_row,
+    "depends_on: a job runs after its parents, and is cancelled with a failed one": dependencies,
 }
 
 

@@ -112,6 +112,7 @@ MATRIX: Final[Mapping[str, Mapping[Cell, Expectation]]] = {
     "app.wait: woken by the completion": every(),
     "typed payload: the handler receives the model": every(),
     "typed payload: a stored payload that no longer fits fails its attempt": every(),
+    "depends_on: a job runs after its parents, and is cancelled with a failed one": every(),
 }
 
 
