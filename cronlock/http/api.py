@@ -48,6 +48,7 @@ try:
         StrictFloat,
         StrictInt,
         StrictStr,
+        field_validator,
         model_validator,
     )
 
@@ -171,6 +172,11 @@ class JobView(BaseModel):
     parents_left: int | None = Field(
         default=None, description="How many of depends_on have not completed yet."
     )
+
+    @field_validator("depends_on", mode="before")
+    @classmethod
+    def _no_parents(cls, value: Any) -> Any:
+        return [] if value is None else value  # the row's NULL: enqueued without depends_on
 
 
 class JobPageView(BaseModel):
