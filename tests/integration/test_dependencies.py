@@ -19,6 +19,8 @@ from typing import Any
 
 import asyncpg
 import httpx
+import psycopg
+import psycopg2
 import pytest
 from cli import invoke_async
 from jobsupport import job_rows
@@ -371,3 +373,29 @@ async def test_the_http_api_and_the_cli_take_depends_on(
     )
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
+async def test_sync_clients_take_depends_on(database: Database, driver: str) -> None:
+    async with _on(database) as (app, order):
+        parent = await app.enqueue("step", {"name": "p"})
+        url = libpq_url(database.url)
+
+        def enqueue() -> uuid.UUID:
+            conn = (psycopg if driver == "psycopg" else psycopg2).connect(url)
+            try:
+                answer = app.sync.enqueue_tx(conn, "step", {"name": "c"}, depends_on=[parent])
+                conn.commit()
+            finally:
+                conn.close()
+            return answer.id
+
+        child = await asyncio.to_thread(enqueue)
+        row = await _row(database, child)
+        assert (row["status"], row["parents_left"], row["depends_on"]) == (
+            "blocked",
+            1,
+            [parent.id],
+        )
+        await app.drain()
+        assert order == ["p", "c"]
