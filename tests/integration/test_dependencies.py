@@ -399,3 +399,37 @@ async def test_sync_clients_take_depends_on(database: Database, driver: str) -> 
         )
         await app.drain()
         assert order == ["p", "c"]
+
+
+async def test_a_parents_completion_killed_before_its_commit_releases_nothing(
+    database: Database,
+) -> None:
+    """A worker killed between its completion and its commit: the release rolls back with the
+    completion, so the child stays blocked (its edge kept) until the parent completes again."""
+    async with _on(database) as (app, order):
+        parent = await app.enqueue("step", {"name": "p"})
+        child = await app.enqueue("step", {"name": "c"}, depends_on=[parent])
+        url = libpq_url(database.url)
+        victim, killer = await asyncpg.connect(url), await asyncpg.connect(url)
+        try:
+            transaction = victim.transaction()
+            await transaction.start()
+            await victim.execute(_COMPLETE, parent.id)
+            assert await _state(victim, child.id) == ("pending", 0)  # released in there
+            pid = victim.get_server_pid()
+            await killer.execute("SELECT pg_terminate_backend($1)", pid)
+
+            async def gone() -> bool:
+                found = await killer.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid
+                )
+                return bool(found == 0)
+
+            await eventually(gone)
+            assert await _state(killer, child.id) == ("blocked", 1)
+            assert await killer.fetchval(_EDGES) == 1
+        finally:
+            victim.terminate()
+            await killer.close()
+        assert (await app.drain()).stats["processed"] == 2
+        assert order == ["p", "c"]
