@@ -49,11 +49,20 @@ async def _enqueue(database: Database) -> int:
 
 
 async def _running(database: Database) -> bool:
+    """A job's handler is running: committed ``processing`` (the lease mode), or, in the
+    transactional modes, which never commit ``processing``, a worker's transaction that has
+    written (its job's log line) and not committed yet."""
     async with database.connect() as conn:
         count = await conn.scalar(
             select(func.count()).select_from(jobs).where(jobs.c.status == "processing")
         )
-    return bool(count)
+        writing = await conn.scalar(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()"
+            )
+        )
+    return bool(count or writing)
 
 
 async def _statuses(database: Database) -> dict[str, int]:
