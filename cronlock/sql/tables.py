@@ -431,9 +431,14 @@ job_dependencies = Table(
 # a statement ended, then reads the edges. Whichever is first, the other sees what it did
 # committed: no child misses its last parent's end, and none counts a parent twice. The
 # parents are hashed into DEPENDENCY_BUCKETS + 1 buckets (both sides compute it in the same
-# server), so a statement that ends 10,000 jobs holds at most that many locks.
+# server), so a statement that ends 10,000 jobs holds at most that many locks. 64: the locks
+# live in the server's shared lock table (max_locks_per_transaction x max_connections, 6,400
+# by default) until the commit; with 1,024 buckets a lane's batch of 500 held about 400 of
+# them, and sixteen such lanes at once would have filled it ("out of shared memory"). The
+# price is an enqueue sharing its parent's bucket with more unrelated jobs (1 in 64), whose
+# ends wait for that enqueue's commit (docs/how-to/dependencies.md: keep it short).
 DEPENDENCY_NAMESPACE = namespace_key("cronlock-dependencies")
-DEPENDENCY_BUCKETS = 1023  # a mask: 1,024 buckets
+DEPENDENCY_BUCKETS = 63  # a mask: 64 buckets
 
 # A statement-level trigger on every UPDATE of jobs: for the jobs the statement ended, the
 # children waiting on them are counted down (and become pending at 0: claimable at the commit

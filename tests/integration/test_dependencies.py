@@ -433,3 +433,24 @@ async def test_a_parents_completion_killed_before_its_commit_releases_nothing(
             await killer.close()
         assert (await app.drain()).stats["processed"] == 2
         assert order == ["p", "c"]
+
+
+async def test_a_statement_that_ends_many_jobs_holds_few_locks(database: Database) -> None:
+    # The trigger's shared locks live in the server's lock table until the commit (6,400
+    # slots by default, for every connection): a lane's batch of 500 must not take hundreds.
+    async with _on(database) as (app, _order):
+        await app.enqueue_many("step", [{"name": str(n)} for n in range(500)])
+    conn = await asyncpg.connect(libpq_url(database.url))
+    try:
+        async with conn.transaction():
+            ended = await conn.execute(
+                "UPDATE cronlock.jobs SET status = 'completed', completed_at = now()"
+            )
+            held = await conn.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND pid = pg_backend_pid()"
+            )
+    finally:
+        await conn.close()
+    assert ended == "UPDATE 500"
+    assert 0 < held <= 64
