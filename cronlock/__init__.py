@@ -17,7 +17,7 @@ if _typing.TYPE_CHECKING:
 
 
 # Semantic versioning; the one source of the package's version (pyproject.toml reads it).
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"
 
 __all__ = [
     "App",
