@@ -13,9 +13,10 @@ A completion whose trigger ran in the instant before the wait row's commit notif
 and its commit may come after the read that follows the row's (a flush later): that read
 takes the row ``FOR SHARE``, so it waits for such a commit (at most ``SETTLE_WAIT``, the
 time a strict or batch lane running the job may hold the row too) and reads what it left.
-The early reads (``EARLY_READS``) are kept behind it, for a commit slower than that. A slow
-safety read of every pending wait's job, one statement for all of them, covers the rest of
-what a notification cannot: a job deleted while awaited (``JobNotFound``), and a LISTEN
+(Early reads 10 to 300 ms after the first once stood in for it: in the wait-latency benchmark
+they cost more in pool traffic than they found.) A slow safety read of every pending wait's
+job, one statement for all of them, covers the rest of what a notification cannot: a commit
+slower than ``SETTLE_WAIT``, a job deleted while awaited (``JobNotFound``), and a LISTEN
 connection that was cut.
 Behind PgBouncer in transaction mode there is no LISTEN: the safety read is all there is, at
 ``POLL_BEHIND_PGBOUNCER``.
@@ -39,15 +40,10 @@ from ..outcome import JOB_FINISHED_STATUSES, root_cause
 from ..sql.tables import ended_channel
 from .operate import JobInfo
 
-__all__ = ["EARLY_READS", "POLL_BEHIND_PGBOUNCER", "SAFETY_INTERVAL", "SETTLE_WAIT", "Waits"]
+__all__ = ["POLL_BEHIND_PGBOUNCER", "SAFETY_INTERVAL", "SETTLE_WAIT", "Waits"]
 
 logger = logging.getLogger("cronlock.queue")
 
-# A completion whose statement ran just before the wait's row committed (its trigger saw no
-# wait), and whose commit comes just after the wait's first read, notifies nobody: it commits a
-# round trip after its statement, so the job is read again this long after the first read
-# (seconds), before the notification is all there is.
-EARLY_READS = (0.01, 0.02, 0.07, 0.2)
 # How often the pending waits' jobs are read again beside the notifications (seconds).
 SAFETY_INTERVAL = 1.0
 POLL_BEHIND_PGBOUNCER = 0.25
@@ -87,11 +83,6 @@ class Waits:
                     await conn.execute(sql.WAIT_ADD, {"id": wait_id, "job_id": job_id})
                 self._start_safety()
                 await self._read_settled(job_id)
-                for pause in EARLY_READS:
-                    await asyncio.wait([future], timeout=pause)
-                    if future.done():
-                        break
-                    await self._read([job_id])
                 return await future
         finally:
             futures = self._waiting.get(job_id, [])
@@ -174,7 +165,7 @@ class Waits:
     async def _read_settled(self, job_id: uuid.UUID) -> None:
         """Read the job once no transaction holds its row (at most ``SETTLE_WAIT``): a
         completion that updated it before the wait's row committed, and so notifies nobody,
-        is waited for and read here, not left to the early reads."""
+        is waited for and read here, not left to the safety read."""
         try:
             async with self.database.engine.begin() as conn:
                 await conn.execute(sql.LOCK_TIMEOUT_LOCAL, {"timeout": _SETTLE_TIMEOUT})

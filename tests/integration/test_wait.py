@@ -107,12 +107,11 @@ async def test_a_job_that_has_ended_is_answered_without_a_write(database: Databa
 
 
 async def test_a_completion_in_flight_when_the_wait_registers_is_waited_for(
-    database: Database, slow_safety: None, monkeypatch: pytest.MonkeyPatch
+    database: Database, slow_safety: None
 ) -> None:
     # The race of enqueue-then-wait: the completion's statement (and its trigger, which finds
     # no wait row) runs before the wait's row commits, and its commit comes after the read that
-    # follows. Only that read can see it now: the early reads and the safety read are off.
-    monkeypatch.setattr(waits, "EARLY_READS", ())
+    # follows. Only that read can see it: the safety read is off.
     async with _on(database) as app:
         job = await app.enqueue("double", {"n": 5})
         completer = await asyncpg.connect(libpq_url(database.url))
