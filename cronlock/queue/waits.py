@@ -10,9 +10,11 @@ row again. The row is removed when the wait ends, however it ends, beside the ca
 rather than before it.
 
 A completion whose trigger ran in the instant before the wait row's commit notifies nobody,
-and its commit may come after the read that follows the row's (a flush later): that read
-takes the row ``FOR SHARE``, so it waits for such a commit (at most ``SETTLE_WAIT``, the
-time a strict or batch lane running the job may hold the row too) and reads what it left.
+and its commit may come after the read that follows the row's (a flush later). That read
+sees it: the version it reads has its xmax set. Then, and only then, the job is read again
+``FOR SHARE``, which waits for such a commit (at most ``SETTLE_WAIT``, the time a strict or
+batch lane running the job may hold the row too) and reads what it left. A row no one holds
+is never locked: a claim's SKIP LOCKED would pass the job by.
 (Early reads 10 to 300 ms after the first once stood in for it: in the wait-latency benchmark
 they cost more in pool traffic than they found.) A slow safety read of every pending wait's
 job, one statement for all of them, covers the rest of what a notification cannot: a commit
@@ -82,7 +84,7 @@ class Waits:
                 async with self.database.engine.begin() as conn:
                     await conn.execute(sql.WAIT_ADD, {"id": wait_id, "job_id": job_id})
                 self._start_safety()
-                await self._read_settled(job_id)
+                await self._read_registered(job_id)
                 return await future
         finally:
             futures = self._waiting.get(job_id, [])
@@ -161,6 +163,16 @@ class Waits:
         async with self.database.connect() as conn:
             rows = (await conn.execute(sql.WAIT_JOBS, {"ids": wanted})).mappings().all()
         self._settle(wanted, rows, missing_ends)
+
+    async def _read_registered(self, job_id: uuid.UUID) -> None:
+        """Read the job after the wait's row committed; if a transaction holds the version
+        read, once more when it has ended (``_read_settled``)."""
+        async with self.database.connect() as conn:
+            rows = (await conn.execute(sql.WAIT_JOBS_HELD, {"ids": [job_id]})).mappings().all()
+        if rows and rows[0]["held"] and rows[0]["status"] not in JOB_FINISHED_STATUSES:
+            await self._read_settled(job_id)
+        else:
+            self._settle([job_id], rows, missing_ends=True)
 
     async def _read_settled(self, job_id: uuid.UUID) -> None:
         """Read the job once no transaction holds its row (at most ``SETTLE_WAIT``): a

@@ -209,6 +209,7 @@ _STATEMENTS: dict[str, tuple[str, ...]] = {
     "waits": (
         "WAIT_ADD",
         "WAIT_JOBS",
+        "WAIT_JOBS_HELD",
         "WAIT_JOB_SETTLED",
         "WAIT_PRUNE",
         "WAIT_REMOVE",

@@ -131,6 +131,38 @@ async def test_a_completion_in_flight_when_the_wait_registers_is_waited_for(
             await completer.close()
 
 
+async def test_a_wait_locks_no_row_of_a_waiting_job(
+    database: Database, slow_safety: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A FOR SHARE lock on a pending job's row, however short, makes a claim's SKIP LOCKED pass
+    # it by: a one-shot drain beside the wait ended without the job (CI, test_the_sync_twin).
+    # A row lock leaves the locker's id in the row's xmax; the wait must leave it 0.
+    reads: list[int] = []
+    settle = waits.Waits._settle
+
+    def counted(self: waits.Waits, *args: Any, **kwargs: Any) -> None:
+        reads.append(1)
+        settle(self, *args, **kwargs)
+
+    monkeypatch.setattr(waits.Waits, "_settle", counted)
+    async with _on(database) as app:
+        job = await app.enqueue("double", {"n": 3}, delay=3600)
+        waiting = asyncio.create_task(app.wait(job.id, timeout=30))
+        await eventually(lambda: _reads(reads, 2))  # the first read, and the one after the row
+        async with database.connect() as conn:
+            xmax = await conn.scalar(
+                text("SELECT xmax::text FROM cronlock.jobs WHERE id = :id"), {"id": job.id}
+            )
+        assert xmax == "0"
+        await app.cancel_job(job.id)
+        with pytest.raises(JobFailed):
+            await waiting
+
+
+async def _reads(reads: list[int], count: int) -> bool:
+    return len(reads) >= count
+
+
 async def _blocked_on_the_row(database: Database) -> bool:
     async with database.connect() as conn:
         waiting = await conn.scalar(
