@@ -13,7 +13,7 @@ from .. import schema
 from ..logs import RUNS_LOGGER
 from ..outcome import RunResult
 from . import render
-from .context import EXIT_OK, Options, exit_code, exit_with, pass_options, run
+from .context import EXIT_OK, Options, emit, exit_code, exit_with, pass_options, run
 
 __all__ = ["crontab", "demo", "list_tasks", "run_task"]
 
@@ -94,12 +94,13 @@ def run_task(
         prune_now(options, dry_run=False, as_json=as_json)
         return
     if task == "drain":
+        from ..queue.options import DrainOptions
         from ..service import DEFAULT_GRACE_PERIOD
         from .queue import drain_queue
 
         drain_queue(
             options,
-            lambda app: app.drainer(),
+            DrainOptions(),
             max_seconds=None,
             grace_period=DEFAULT_GRACE_PERIOD,
             as_json=as_json,
@@ -120,11 +121,7 @@ def run_task(
 
 def report_run(result: RunResult, as_json: bool, skipped_exit_code: int = EXIT_OK) -> NoReturn:
     """Print a run's outcome (one JSON object, or its lines) and exit with its code."""
-    if as_json:
-        click.echo(json.dumps(result.to_dict()))
-    else:
-        for line in render.describe(result):
-            click.echo(line)
+    emit(as_json, result.to_dict(), *render.describe(result))
     exit_with(exit_code(result, skipped_exit_code))
 
 
