@@ -18,6 +18,7 @@ result printed as JSON), 1 it failed, was cancelled or does not exist, 3 not end
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +48,28 @@ __all__ = ["jobs_group", "queue_group"]
 
 
 def _filters(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The jobs' filters, given to ``command`` as one ``where`` (a ``JobFilter``)."""
+
+    @functools.wraps(command)
+    def given(
+        *args: Any,
+        statuses: tuple[str, ...],
+        queue: str | None,
+        job_type: str | None,
+        since: str | None,
+        until: str | None,
+        **rest: Any,
+    ) -> Any:
+        where = JobFilter(
+            status=statuses or None,
+            queue=queue,
+            job_type=job_type,
+            created_after=moment("--since", since),
+            created_before=moment("--until", until),
+        )
+        return command(*args, where=where, **rest)
+
+    decorated: Callable[..., Any] = given
     statuses = click.Choice([status.value for status in JobStatus])
     for option in reversed(
         [
@@ -57,24 +80,8 @@ def _filters(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--until", help="Created before this time (ISO 8601, with zone)."),
         ]
     ):
-        command = option(command)
-    return command
-
-
-def _filter(
-    statuses: tuple[str, ...],
-    queue: str | None,
-    job_type: str | None,
-    since: str | None,
-    until: str | None,
-) -> JobFilter:
-    return JobFilter(
-        status=statuses or None,
-        queue=queue,
-        job_type=job_type,
-        created_after=moment("--since", since),
-        created_before=moment("--until", until),
-    )
+        decorated = option(decorated)
+    return decorated
 
 
 @click.group("jobs")
@@ -94,20 +101,11 @@ def jobs_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_options
 def list_jobs(
-    options: Options,
-    statuses: tuple[str, ...],
-    queue: str | None,
-    job_type: str | None,
-    since: str | None,
-    until: str | None,
-    limit: int,
-    cursor: str | None,
-    as_json: bool,
+    options: Options, where: JobFilter, limit: int, cursor: str | None, as_json: bool
 ) -> None:
     """Jobs newest first, a page at a time (--cursor for the next)."""
-    given = _filter(statuses, queue, job_type, since, until)
     app = options.connected_app()
-    page = run(lambda: app.list_jobs(given, limit=limit, cursor=cursor), app)
+    page = run(lambda: app.list_jobs(where, limit=limit, cursor=cursor), app)
     emit(as_json, page.to_dict(), *render.job_table(page))
 
 
@@ -185,17 +183,12 @@ def _change(
     def command(
         options: Options,
         job_id: str | None,
-        statuses: tuple[str, ...],
-        queue: str | None,
-        job_type: str | None,
-        since: str | None,
-        until: str | None,
+        where: JobFilter,
         yes: bool,
         as_json: bool,
         **more: Any,
     ) -> None:
-        given = _filter(statuses, queue, job_type, since, until)
-        if job_id is not None and given != JobFilter():
+        if job_id is not None and where != JobFilter():
             raise InvalidJobOption(f"give a job id or filters to {verb}, not both")
         app = options.connected_app()
         if job_id is not None:
@@ -206,10 +199,10 @@ def _change(
             exit_with(EXIT_OK if change.changed else EXIT_FAILED)
 
         async def go() -> tuple[int, JobsChanged | None]:
-            matching = await app.count_jobs(given, verb=verb)
+            matching = await app.count_jobs(where, verb=verb)
             if matching == 0 or not (yes or _confirm(verb, matching)):
                 return matching, None
-            return matching, await many(app, given)
+            return matching, await many(app, where)
 
         matching, done = run(go, app)
         if done is None:
