@@ -1310,11 +1310,10 @@ _of_queues = (
     .table_valued(column("queue", Text))
     .render_derived(name="of_queues")
 )
-_done = jobs.c.status == literal_column("'completed'")
 _completed_capped = (
     select(literal_column("1"))
     .select_from(jobs)
-    .where(_done, jobs.c.completed_at.is_not(None), jobs.c.queue == _of_queues.c.queue)
+    .where(_completed, jobs.c.completed_at.is_not(None), jobs.c.queue == _of_queues.c.queue)
     .limit(bindparam("cap", type_=Integer))
     .correlate_except(jobs)
     .subquery("completed")
@@ -1399,7 +1398,7 @@ def job_completed_page(
     """A page of completed jobs, most recently completed first (completed_at, then id),
     :limit of them, matching ``where``, of :queue when given, after the keyset position
     (:after_completed_at, :after_id) with ``after``: a backward range of ix_jobs_finished."""
-    conditions: list[ColumnElement[bool]] = [_done, jobs.c.completed_at.is_not(None), *where]
+    conditions: list[ColumnElement[bool]] = [_completed, jobs.c.completed_at.is_not(None), *where]
     if queue:
         conditions.append(jobs.c.queue == bindparam("queue", type_=Text))
     if after:
