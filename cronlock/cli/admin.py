@@ -12,7 +12,7 @@ from ..app import App
 from ..errors import ConfigurationError
 from ..retention import PruneResult
 from . import render
-from .context import EXIT_FAILED, Options, emit, exit_with, pass_options, run
+from .context import EXIT_FAILED, Options, emit, exit_with, pass_options, run, run_ready
 
 __all__ = ["migrate", "prune", "prune_now", "status"]
 
@@ -93,13 +93,8 @@ def prune_now(options: Options, *, dry_run: bool, as_json: bool) -> None:
     if app.retention is None:
         # Before any connection: a usage error, one line (the App raises the same).
         raise ConfigurationError("retention is off for this app (App(retention=False))")
-    database = options.database(app)
-
-    async def go() -> PruneResult:
-        await schema.ensure_ready(database)
-        return await app.prune(dry_run=dry_run)
-
-    result = run(go, app)
+    options.database(app)
+    result: PruneResult = run_ready(app, lambda: app.prune(dry_run=dry_run))
     emit(as_json, result.to_dict(), *render.pruned(result))
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "moment",
     "pass_options",
     "run",
+    "run_ready",
 ]
 
 EXIT_OK = 0
@@ -125,6 +126,18 @@ def run(coro_fn: Callable[[], Awaitable[T]], *closing: App | Database) -> T:
                 await (item.aclose() if isinstance(item, App) else item.dispose())
 
     return asyncio.run(main())
+
+
+def run_ready(app: App, coro_fn: Callable[[], Awaitable[T]]) -> T:
+    """``run``, once the app's database is migrated to head (``schema.ensure_ready``: one
+    line and exit 2 when it is not)."""
+    from .. import schema
+
+    async def ready() -> T:
+        await schema.ensure_ready(app.database)
+        return await coro_fn()
+
+    return run(ready, app)
 
 
 def moment(option: str, value: str | None) -> datetime | None:

@@ -44,6 +44,7 @@ from .context import (
     moment,
     pass_options,
     run,
+    run_ready,
 )
 from .startup import StartUp
 
@@ -145,15 +146,13 @@ def enqueue(
         concurrency_keys=None if concurrency_key is None else [concurrency_key],
         **given,
     )
-    database = options.database(app)
-
-    async def go() -> Enqueued:
-        await schema.ensure_ready(database)
-        return await app.enqueue(
+    options.database(app)
+    answer: Enqueued = run_ready(
+        app,
+        lambda: app.enqueue(
             job_type, value, dedup_key=dedup_key, concurrency_key=concurrency_key, **given
-        )
-
-    answer = run(go, app)
+        ),
+    )
     emit(as_json, {"job_type": job_type, **answer.to_dict()}, render.enqueued(answer, dedup_key))
 
 

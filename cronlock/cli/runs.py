@@ -9,11 +9,10 @@ from typing import NoReturn
 
 import click
 
-from .. import schema
 from ..logs import RUNS_LOGGER
 from ..outcome import RunResult
 from . import render
-from .context import EXIT_OK, Options, emit, exit_code, exit_with, pass_options, run
+from .context import EXIT_OK, Options, emit, exit_code, exit_with, pass_options, run, run_ready
 
 __all__ = ["crontab", "demo", "list_tasks", "run_task"]
 
@@ -108,15 +107,11 @@ def run_task(
         )
     app = options.load_app()
     app.task(task)  # an unknown task fails before any connection is made
-    database = options.database(app)
+    options.database(app)
     grace_delta = None if grace is None else timedelta(seconds=grace)
     _quiet_run_lines()
-
-    async def go() -> RunResult:
-        await schema.ensure_ready(database)
-        return await app.run(task, manual=manual, grace=grace_delta)
-
-    report_run(run(go, app), as_json, skipped_exit_code)
+    result = run_ready(app, lambda: app.run(task, manual=manual, grace=grace_delta))
+    report_run(result, as_json, skipped_exit_code)
 
 
 def report_run(result: RunResult, as_json: bool, skipped_exit_code: int = EXIT_OK) -> NoReturn:

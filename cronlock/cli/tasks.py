@@ -17,12 +17,11 @@ import json
 
 import click
 
-from .. import schema
 from ..app import App
 from ..outcome import RunResult
 from ..periodic.control import FailingItem, TaskState
 from . import render
-from .context import EXIT_FAILED, EXIT_OK, Options, exit_with, pass_options, run
+from .context import EXIT_FAILED, EXIT_OK, Options, exit_with, pass_options, run_ready
 from .runs import report_run
 
 __all__ = ["task_group"]
@@ -57,12 +56,9 @@ def _pause_command(name: str, pause: bool) -> click.Command:
     @pass_options
     def command(options: Options, task: str, as_json: bool, by: str | None = None) -> None:
         app = _app(options, task)
-
-        async def go() -> TaskState:
-            await schema.ensure_ready(app.database)
-            return await (app.tasks.pause(task, by=by) if pause else app.tasks.resume(task))
-
-        state = run(go, app)
+        state: TaskState = run_ready(
+            app, lambda: app.tasks.pause(task, by=by) if pause else app.tasks.resume(task)
+        )
         click.echo(json.dumps(state.to_dict()) if as_json else _state_line(state))
 
     return command
@@ -86,12 +82,8 @@ def run_now(options: Options, task: str, as_json: bool) -> None:
     """One run of TASK now, here, under its lock (as `cronlock run TASK --manual`): skipped
     while another run holds the lock; it runs even while TASK is paused."""
     app = _app(options, task)
-
-    async def go() -> RunResult:
-        await schema.ensure_ready(app.database)
-        return await app.tasks.run_now(task)
-
-    report_run(run(go, app), as_json)
+    result: RunResult = run_ready(app, lambda: app.tasks.run_now(task))
+    report_run(result, as_json)
 
 
 def _item_rows(items: list[FailingItem]) -> list[str]:
@@ -132,7 +124,6 @@ def parked(
     app = _app(options, task)
 
     async def go() -> tuple[str, int] | list[FailingItem]:
-        await schema.ensure_ready(app.database)
         if retry_key is not None:
             retried = await app.tasks.retry_parked(task, retry_key)
             return ("retried" if retried else "not parked", int(retried))
@@ -141,7 +132,7 @@ def parked(
             return ("cleared", cleared)
         return await app.tasks.parked(task)
 
-    found = run(go, app)
+    found = run_ready(app, go)
     if isinstance(found, list):
         if as_json:
             click.echo(json.dumps({"task": task, "items": [i.to_dict() for i in found]}))
