@@ -99,7 +99,6 @@ __all__ = [
     "JOB_OLDEST_DUE",
     "JOB_PRUNE",
     "JOB_PRUNE_COUNT",
-    "JOB_RATES",
     "JOB_RATES_BY_QUEUE",
     "JOB_RECENT_FAILURES",
     "JOB_RETRY",
@@ -964,18 +963,6 @@ JOB_RECENT_FAILURES = (
 
 def _since(minutes: int) -> ColumnElement[bool]:
     return jobs.c.completed_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, minutes)
-
-
-# Jobs finished in the last 1, 5 and 15 minutes, by outcome (failed: given up for good).
-JOB_RATES = select(
-    *[
-        func.count()
-        .filter(jobs.c.status == status, _since(minutes))
-        .label(status + "_" + str(minutes) + "m")  # a constant column label
-        for status in ("completed", "failed")
-        for minutes in (1, 5, 15)
-    ]
-).where(jobs.c.completed_at.is_not(None))
 
 
 # When an operator asked to cancel the job while it ran, if the request is still open: a
