@@ -366,13 +366,8 @@ def create_dashboard(
             target = uuid.UUID(job_id)
         except ValueError:
             return problem(request, who, 422, f"Not a job id: {job_id[:60]!r}")
-        change: JobChange
-        if verb == "retry":
-            change = await app.retry_job(target)
-        elif verb == "cancel":
-            change = await app.cancel_job(target)
-        else:
-            change = await app.delete_job(target)
+        verbs = {"retry": app.retry_job, "cancel": app.cancel_job, "delete": app.delete_job}
+        change: JobChange = await verbs[verb](target)
         logger.info(
             "dashboard: %s job %s: %s",
             verb,
