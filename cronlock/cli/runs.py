@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
@@ -35,17 +34,14 @@ def list_tasks(options: Options, as_json: bool, count: int) -> None:
     rows = render.task_entries(app, now, count)
     builtin = [] if app.retention is None else [render.retention_entry(app.retention, now, count)]
     job_types = render.job_type_entries(app)
-    if as_json:
-        click.echo(json.dumps({"tasks": rows, "builtin": builtin, "job_types": job_types}))
-        return
-    for line in render.task_table(rows, now):
-        click.echo(line)
-    for entry in builtin:
-        for line in render.builtin_lines(entry):
-            click.echo(line)
-    click.echo("")
-    for line in render.job_type_table(job_types):
-        click.echo(line)
+    emit(
+        as_json,
+        {"tasks": rows, "builtin": builtin, "job_types": job_types},
+        *render.task_table(rows, now),
+        *(line for entry in builtin for line in render.builtin_lines(entry)),
+        "",
+        *render.job_type_table(job_types),
+    )
 
 
 @click.command("run")

@@ -13,15 +13,13 @@ exits 1.
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from ..app import App
 from ..outcome import RunResult
 from ..periodic.control import FailingItem, TaskState
 from . import render
-from .context import EXIT_FAILED, EXIT_OK, Options, exit_with, pass_options, run_ready
+from .context import EXIT_FAILED, EXIT_OK, Options, emit, exit_with, pass_options, run_ready
 from .runs import report_run
 
 __all__ = ["task_group"]
@@ -59,7 +57,7 @@ def _pause_command(name: str, pause: bool) -> click.Command:
         state: TaskState = run_ready(
             app, lambda: app.tasks.pause(task, by=by) if pause else app.tasks.resume(task)
         )
-        click.echo(json.dumps(state.to_dict()) if as_json else _state_line(state))
+        emit(as_json, state.to_dict(), _state_line(state))
 
     return command
 
@@ -134,19 +132,10 @@ def parked(
 
     found = run_ready(app, go)
     if isinstance(found, list):
-        if as_json:
-            click.echo(json.dumps({"task": task, "items": [i.to_dict() for i in found]}))
-        elif not found:
-            click.echo(f"{task}: no failing items")
-        else:
-            for line in _item_rows(found):
-                click.echo(line)
+        lines = _item_rows(found) if found else [f"{task}: no failing items"]
+        emit(as_json, {"task": task, "items": [i.to_dict() for i in found]}, *lines)
         return
     word, count = found
-    if as_json:
-        click.echo(json.dumps({"task": task, "outcome": word, "items": count}))
-    elif retry_key is not None:
-        click.echo(f"{task}: item {retry_key} {word}")
-    else:
-        click.echo(f"{task}: {count} item(s) forgotten")
+    done = f"item {retry_key} {word}" if retry_key is not None else f"{count} item(s) forgotten"
+    emit(as_json, {"task": task, "outcome": word, "items": count}, f"{task}: {done}")
     exit_with(EXIT_OK if count or clear_all else EXIT_FAILED)
