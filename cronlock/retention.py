@@ -151,52 +151,42 @@ async def _count(database: Database, retention: Retention, now: datetime) -> dic
     return counts
 
 
-class _Batches:
-    """Counts the batches of one prune."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-
-async def _prune_jobs(
-    database: Database, status: JobStatus, before: datetime, limit: int, batches: _Batches
-) -> int:
-    position: tuple[datetime, uuid.UUID] = (_BEFORE_ANY, _NIL)
-    removed = 0
+async def _in_batches(
+    database: Database,
+    statement: Any,
+    params: dict[str, Any],
+    keyset: tuple[str, str],
+    first: tuple[Any, Any],
+    limit: int,
+) -> tuple[int, int]:
+    """``statement`` (a ``DELETE … RETURNING`` of its rows' keyset position) again and again,
+    ``limit`` rows a transaction, from ``first`` on: the rows it removed, and the batches."""
+    position, removed, batches = first, 0, 0
     while True:
         async with database.engine.begin() as conn:
-            params = {
-                "status": status,
-                "before": before,
-                "after_completed_at": position[0],
-                "after_id": position[1],
-                "limit": limit,
-            }
-            rows = (await conn.execute(sql.JOB_PRUNE, params)).all()
-        batches.count += 1
+            given = {**params, **dict(zip(keyset, position, strict=True)), "limit": limit}
+            rows = (await conn.execute(statement, given)).all()
+        batches += 1
         removed += len(rows)
         if len(rows) < limit:
-            return removed
-        position = max((completed_at, uuid.UUID(str(job_id))) for completed_at, job_id in rows)
+            return removed, batches
+        position = max((moment, key) for moment, key in rows)
 
 
-async def _prune_runs(database: Database, before: datetime, limit: int, batches: _Batches) -> int:
-    position: tuple[datetime, int] = (_BEFORE_ANY, 0)
-    removed = 0
-    while True:
-        async with database.engine.begin() as conn:
-            params = {
-                "before": before,
-                "after_started_at": position[0],
-                "after_id": position[1],
-                "limit": limit,
-            }
-            rows = (await conn.execute(sql.RUN_PRUNE, params)).all()
-        batches.count += 1
-        removed += len(rows)
-        if len(rows) < limit:
-            return removed
-        position = max((started_at, int(run_id)) for started_at, run_id in rows)
+def _result(
+    counts: dict[str, int], *, dry_run: bool, started: float, batches: int = 0
+) -> PruneResult:
+    return PruneResult(
+        RunStatus.COMPLETED,
+        dry_run,
+        completed_jobs=counts["completed"],
+        failed_jobs=counts["failed"],
+        cancelled_jobs=counts["cancelled"],
+        runs=counts["runs"],
+        workers=counts["workers"],
+        batches=batches,
+        duration_s=time.monotonic() - started,
+    )
 
 
 class _PruneLock:
@@ -239,17 +229,7 @@ async def prune(
     now = now or datetime.now(UTC)
     started = time.monotonic()
     if dry_run:
-        counts = await _count(database, retention, now)
-        return PruneResult(
-            RunStatus.COMPLETED,
-            True,
-            completed_jobs=counts["completed"],
-            failed_jobs=counts["failed"],
-            cancelled_jobs=counts["cancelled"],
-            runs=counts["runs"],
-            workers=counts["workers"],
-            duration_s=time.monotonic() - started,
-        )
+        return _result(await _count(database, retention, now), dry_run=True, started=started)
     lock = _PruneLock(database)
     try:
         if not await lock.take():
@@ -257,15 +237,21 @@ async def prune(
             return PruneResult(
                 RunStatus.SKIPPED, False, skip_reason="another prune is running", duration_s=0.0
             )
-        batches = _Batches()
+        limit, batches = retention.batch_size, 0
         removed: dict[str, int] = {}
         for status, before in _cutoffs(retention, now).items():
-            removed[status.value] = await _prune_jobs(
-                database, status, before, retention.batch_size, batches
+            keyset = ("after_completed_at", "after_id")
+            params = {"status": status, "before": before}
+            removed[status.value], more = await _in_batches(
+                database, sql.JOB_PRUNE, params, keyset, (_BEFORE_ANY, _NIL), limit
             )
-        removed["runs"] = await _prune_runs(
-            database, now - retention.runs, retention.batch_size, batches
+            batches += more
+        params = {"before": now - retention.runs}
+        keyset = ("after_started_at", "after_id")
+        removed["runs"], more = await _in_batches(
+            database, sql.RUN_PRUNE, params, keyset, (_BEFORE_ANY, 0), limit
         )
+        batches += more
         async with database.engine.begin() as conn:
             gone = await conn.execute(sql.WORKER_PRUNE, {"older_than": retention.workers})
             removed["workers"] = int(gone.rowcount)
@@ -277,17 +263,7 @@ async def prune(
             await conn.execute(sql.WAIT_PRUNE, {"before": now - STALE_WAIT})
     finally:
         await lock.release()
-    result = PruneResult(
-        RunStatus.COMPLETED,
-        False,
-        completed_jobs=removed["completed"],
-        failed_jobs=removed["failed"],
-        cancelled_jobs=removed["cancelled"],
-        runs=removed["runs"],
-        workers=removed["workers"],
-        batches=batches.count,
-        duration_s=time.monotonic() - started,
-    )
+    result = _result(removed, dry_run=False, started=started, batches=batches)
     logger.info(
         "pruned %d row(s) in %d batch(es)",
         result.removed,

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -13,7 +12,7 @@ from ..app import App
 from ..errors import ConfigurationError
 from ..retention import PruneResult
 from . import render
-from .context import EXIT_FAILED, Options, exit_with, pass_options, run
+from .context import EXIT_FAILED, Options, emit, exit_with, pass_options, run, run_ready
 
 __all__ = ["migrate", "prune", "prune_now", "status"]
 
@@ -83,14 +82,9 @@ def migrate(
 @pass_options
 def status(options: Options, as_json: bool, limit: int) -> None:
     """Last runs per task; the queue: counts, oldest due job, failures, rates, drainers."""
-    app = options.load_app()
-    options.database(app)
+    app = options.connected_app()
     report: dict[str, Any] = run(lambda: app.status(limit=limit), app)
-    if as_json:
-        click.echo(json.dumps(report))
-        return
-    for line in render.describe_status(report):
-        click.echo(line)
+    emit(as_json, report, *render.describe_status(report))
 
 
 def prune_now(options: Options, *, dry_run: bool, as_json: bool) -> None:
@@ -99,18 +93,9 @@ def prune_now(options: Options, *, dry_run: bool, as_json: bool) -> None:
     if app.retention is None:
         # Before any connection: a usage error, one line (the App raises the same).
         raise ConfigurationError("retention is off for this app (App(retention=False))")
-    database = options.database(app)
-
-    async def go() -> PruneResult:
-        await schema.ensure_ready(database)
-        return await app.prune(dry_run=dry_run)
-
-    result = run(go, app)
-    if as_json:
-        click.echo(json.dumps(result.to_dict()))
-        return
-    for line in render.pruned(result):
-        click.echo(line)
+    options.database(app)
+    result: PruneResult = run_ready(app, lambda: app.prune(dry_run=dry_run))
+    emit(as_json, result.to_dict(), *render.pruned(result))
 
 
 @click.command()

@@ -7,13 +7,16 @@ configuration error (one line on stderr, never a traceback), 3 partial.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
+from ..errors import InvalidJobOption
 from ..outcome import DrainResult, RunResult, RunStatus
 
 if TYPE_CHECKING:
@@ -28,11 +31,14 @@ __all__ = [
     "EXIT_USAGE",
     "Options",
     "UsageFailure",
+    "emit",
     "exit_code",
     "exit_with",
     "give_up_option",
+    "moment",
     "pass_options",
     "run",
+    "run_ready",
 ]
 
 EXIT_OK = 0
@@ -65,6 +71,12 @@ class Options:
         from ..loader import load_app
 
         return load_app(self.app_spec)
+
+    def connected_app(self) -> App:
+        """The app, pointed at the database the options name."""
+        app = self.load_app()
+        self.database(app)
+        return app
 
     def database(self, app: App | None = None) -> Database:
         """Point ``app`` at the database the options name (without an app: a bare Database),
@@ -114,6 +126,40 @@ def run(coro_fn: Callable[[], Awaitable[T]], *closing: App | Database) -> T:
                 await (item.aclose() if isinstance(item, App) else item.dispose())
 
     return asyncio.run(main())
+
+
+def run_ready(app: App, coro_fn: Callable[[], Awaitable[T]]) -> T:
+    """``run``, once the app's database is migrated to head (``schema.ensure_ready``: one
+    line and exit 2 when it is not)."""
+    from .. import schema
+
+    async def ready() -> T:
+        await schema.ensure_ready(app.database)
+        return await coro_fn()
+
+    return run(ready, app)
+
+
+def moment(option: str, value: str | None) -> datetime | None:
+    """An option's ISO 8601 time, which must name its zone (``--run-at``, ``--since``)."""
+    if value is None:
+        return None
+    try:
+        given = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidJobOption(f"{option}: not an ISO 8601 time: {value!r}") from None
+    if given.tzinfo is None:
+        raise InvalidJobOption(f"{option}: give a timezone (e.g. {value}+00:00 or {value}Z)")
+    return given
+
+
+def emit(as_json: bool, report: dict[str, Any], *lines: str) -> None:
+    """What a command prints: ``report`` as one JSON object with ``--json``, else ``lines``."""
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    for line in lines:
+        click.echo(line)
 
 
 def exit_code(result: RunResult | DrainResult, skipped_exit_code: int = EXIT_OK) -> int:

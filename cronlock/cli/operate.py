@@ -18,9 +18,9 @@ result printed as JSON), 1 it failed, was cancelled or does not exist, 3 not end
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import click
@@ -32,24 +32,44 @@ from ..queue import control
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
 from ..queue.operate import ChangeOutcome, JobChange, JobFilter, JobInfo, JobsChanged
 from . import render
-from .context import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, Options, exit_with, pass_options, run
+from .context import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    Options,
+    emit,
+    exit_with,
+    moment,
+    pass_options,
+    run,
+)
 
 __all__ = ["jobs_group", "queue_group"]
 
 
-def _moment(option: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidJobOption(f"{option}: not an ISO 8601 time: {value!r}") from None
-    if moment.tzinfo is None:
-        raise InvalidJobOption(f"{option}: give a timezone (e.g. {value}+00:00 or {value}Z)")
-    return moment
-
-
 def _filters(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The jobs' filters, given to ``command`` as one ``where`` (a ``JobFilter``)."""
+
+    @functools.wraps(command)
+    def given(
+        *args: Any,
+        statuses: tuple[str, ...],
+        queue: str | None,
+        job_type: str | None,
+        since: str | None,
+        until: str | None,
+        **rest: Any,
+    ) -> Any:
+        where = JobFilter(
+            status=statuses or None,
+            queue=queue,
+            job_type=job_type,
+            created_after=moment("--since", since),
+            created_before=moment("--until", until),
+        )
+        return command(*args, where=where, **rest)
+
+    decorated: Callable[..., Any] = given
     statuses = click.Choice([status.value for status in JobStatus])
     for option in reversed(
         [
@@ -60,24 +80,8 @@ def _filters(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option("--until", help="Created before this time (ISO 8601, with zone)."),
         ]
     ):
-        command = option(command)
-    return command
-
-
-def _filter(
-    statuses: tuple[str, ...],
-    queue: str | None,
-    job_type: str | None,
-    since: str | None,
-    until: str | None,
-) -> JobFilter:
-    return JobFilter(
-        status=statuses or None,
-        queue=queue,
-        job_type=job_type,
-        created_after=_moment("--since", since),
-        created_before=_moment("--until", until),
-    )
+        decorated = option(decorated)
+    return decorated
 
 
 @click.group("jobs")
@@ -97,26 +101,12 @@ def jobs_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_options
 def list_jobs(
-    options: Options,
-    statuses: tuple[str, ...],
-    queue: str | None,
-    job_type: str | None,
-    since: str | None,
-    until: str | None,
-    limit: int,
-    cursor: str | None,
-    as_json: bool,
+    options: Options, where: JobFilter, limit: int, cursor: str | None, as_json: bool
 ) -> None:
     """Jobs newest first, a page at a time (--cursor for the next)."""
-    given = _filter(statuses, queue, job_type, since, until)
-    app = options.load_app()
-    options.database(app)
-    page = run(lambda: app.list_jobs(given, limit=limit, cursor=cursor), app)
-    if as_json:
-        click.echo(json.dumps(page.to_dict()))
-        return
-    for line in render.job_table(page):
-        click.echo(line)
+    app = options.connected_app()
+    page = run(lambda: app.list_jobs(where, limit=limit, cursor=cursor), app)
+    emit(as_json, page.to_dict(), *render.job_table(page))
 
 
 @jobs_group.command("show")
@@ -125,8 +115,7 @@ def list_jobs(
 @pass_options
 def show_job(options: Options, job_id: str, as_json: bool) -> None:
     """One job: its status, payload, result, retries and error history. Exit 1 if none."""
-    app = options.load_app()
-    options.database(app)
+    app = options.connected_app()
     job = run(lambda: app.get_job(job_id), app)
     if job is None:
         if as_json:
@@ -134,11 +123,7 @@ def show_job(options: Options, job_id: str, as_json: bool) -> None:
         else:
             click.echo(f"no job {job_id}", err=True)
         exit_with(EXIT_FAILED)
-    if as_json:
-        click.echo(json.dumps(job.to_dict()))
-        return
-    for line in render.job_lines(job):
-        click.echo(line)
+    emit(as_json, job.to_dict(), *render.job_lines(job))
 
 
 @jobs_group.command("wait")
@@ -153,8 +138,7 @@ def show_job(options: Options, job_id: str, as_json: bool) -> None:
 @pass_options
 def wait_job(options: Options, job_id: str, timeout: float | None, as_json: bool) -> None:
     """Wait for a job to end; print its result. Exit 1 if it failed or was cancelled."""
-    app = options.load_app()
-    options.database(app)
+    app = options.connected_app()
 
     async def waited() -> JobInfo | None:
         try:
@@ -199,47 +183,33 @@ def _change(
     def command(
         options: Options,
         job_id: str | None,
-        statuses: tuple[str, ...],
-        queue: str | None,
-        job_type: str | None,
-        since: str | None,
-        until: str | None,
+        where: JobFilter,
         yes: bool,
         as_json: bool,
         **more: Any,
     ) -> None:
-        given = _filter(statuses, queue, job_type, since, until)
-        if job_id is not None and given != JobFilter():
+        if job_id is not None and where != JobFilter():
             raise InvalidJobOption(f"give a job id or filters to {verb}, not both")
-        app = options.load_app()
-        options.database(app)
+        app = options.connected_app()
         if job_id is not None:
             change: JobChange = run(lambda: one(app, job_id, **more), app)
-            if as_json:
-                click.echo(json.dumps(change.to_dict()))
-            else:
-                click.echo(render.job_change(change))
+            emit(as_json, change.to_dict(), render.job_change(change))
             if change.outcome is ChangeOutcome.CANCEL_REQUESTED:
                 exit_with(EXIT_PARTIAL)  # asked, not yet stopped: the request stands
             exit_with(EXIT_OK if change.changed else EXIT_FAILED)
 
         async def go() -> tuple[int, JobsChanged | None]:
-            matching = await app.count_jobs(given, verb=verb)
+            matching = await app.count_jobs(where, verb=verb)
             if matching == 0 or not (yes or _confirm(verb, matching)):
                 return matching, None
-            return matching, await many(app, given)
+            return matching, await many(app, where)
 
         matching, done = run(go, app)
         if done is None:
-            if as_json:
-                click.echo(json.dumps({"verb": verb, "matched": matching, "changed": 0}))
-            else:
-                click.echo(render.nothing_changed(verb, matching))
+            nothing = {"verb": verb, "matched": matching, "changed": 0}
+            emit(as_json, nothing, render.nothing_changed(verb, matching))
             exit_with(EXIT_OK if matching == 0 else EXIT_FAILED)
-        if as_json:
-            click.echo(json.dumps(done.to_dict()))
-        else:
-            click.echo(render.jobs_changed(done))
+        emit(as_json, done.to_dict(), render.jobs_changed(done))
         exit_with(EXIT_PARTIAL if done.changed < done.matched else EXIT_OK)
 
     decorated: Any = command if extra is None else extra(command)
@@ -293,14 +263,9 @@ def queue_group() -> None:
 @pass_options
 def list_queues(options: Options, as_json: bool) -> None:
     """Queues: jobs by status, due, drainers, paused, unserved."""
-    app = options.load_app()
-    options.database(app)
+    app = options.connected_app()
     found = run(app.queues, app)
-    if as_json:
-        click.echo(json.dumps({"queues": [queue.to_dict() for queue in found]}))
-        return
-    for line in render.queue_table(found):
-        click.echo(line)
+    emit(as_json, {"queues": [queue.to_dict() for queue in found]}, *render.queue_table(found))
 
 
 def _pause_command(name: str, pause: bool) -> Any:
@@ -315,8 +280,7 @@ def _pause_command(name: str, pause: bool) -> Any:
         wait_idle: bool = False,
         timeout: float = 0.0,
     ) -> None:
-        app = options.load_app()
-        options.database(app)
+        app = options.connected_app()
 
         async def act() -> tuple[control.QueueState, control.Running | None]:
             changed = app.pause_queue(queue, create=create) if pause else app.resume_queue(queue)
@@ -326,15 +290,11 @@ def _pause_command(name: str, pause: bool) -> Any:
             return state, await control.wait_idle(app.database, queue, within=timeout)
 
         state, running = run(act, app)
-        if as_json:
-            found = state.to_dict()
-            if running is not None:
-                found["idle"] = not running
-            click.echo(json.dumps(found))
+        if running is None:
+            emit(as_json, state.to_dict(), render.queue_state(state))
         else:
-            click.echo(render.queue_state(state))
-            if running is not None:
-                click.echo(render.queue_idle(queue, running, timeout))
+            idle = render.queue_idle(queue, running, timeout)
+            emit(as_json, {**state.to_dict(), "idle": not running}, render.queue_state(state), idle)
         if running:
             exit_with(EXIT_PARTIAL)
 
@@ -374,11 +334,7 @@ resume.help = """Resume QUEUE: its drainers are woken at once and claim again.""
 def delete_queue(options: Options, queue: str, as_json: bool) -> None:
     """Delete QUEUE's row (and its pause) when no job names it: exit 0 deleted, 1 not (jobs
     name it, or it has no row)."""
-    app = options.load_app()
-    options.database(app)
+    app = options.connected_app()
     done = run(lambda: app.delete_queue(queue), app)
-    if as_json:
-        click.echo(json.dumps(done.to_dict()))
-    else:
-        click.echo(render.queue_deleted(done))
+    emit(as_json, done.to_dict(), render.queue_deleted(done))
     exit_with(EXIT_OK if done.deleted else EXIT_FAILED)

@@ -6,19 +6,16 @@ signals handled; their options' defaults are the library's (``App.drainer``'s, t
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import os
 import signal
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, NoReturn
 
 import click
 
 from .. import schema
-from ..app import App
-from ..errors import InvalidJobOption
 from ..observe.stats import DrainStats
 from ..outage import Reconnect
 from ..outcome import DrainResult, RunStatus
@@ -40,31 +37,20 @@ from .context import (
     EXIT_SIGNAL_BASE,
     Options,
     UsageFailure,
+    emit,
     exit_code,
     exit_with,
     give_up_option,
+    moment,
     pass_options,
     run,
+    run_ready,
 )
 from .startup import StartUp
 
 __all__ = ["drain", "drain_queue", "enqueue", "worker"]
 
-MakeDrainer = Callable[[App], Drainer]
-
 logger = logging.getLogger("cronlock.cli")
-
-
-def _parse_run_at(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidJobOption(f"--run-at: not an ISO 8601 time: {value!r}") from None
-    if moment.tzinfo is None:
-        raise InvalidJobOption(f"--run-at: give a timezone (e.g. {value}+00:00 or {value}Z)")
-    return moment
 
 
 @click.command()
@@ -139,52 +125,63 @@ def enqueue(
             err=True,
         )
     value = None if payload is None else parse_json(payload, "PAYLOAD")
-    moment = _parse_run_at(run_at)
+    # The options enqueue and prepare (its checks) take alike.
+    given: dict[str, Any] = {
+        "max_retries": max_retries,
+        "delay": delay,
+        "run_at": moment("--run-at", run_at),
+        "priority": priority,
+        "queue": queue,
+        "concurrency_limit": concurrency_limit,
+        "timeout": timeout,
+        "allow_unknown": allow_unknown,
+        "depends_on": list(depends_on) or None,
+    }
     # Every check of the enqueue's, the payload's model included, before connecting.
     prepare(
         app.job_types,
         job_type,
         [value],
-        allow_unknown=allow_unknown,
-        max_retries=max_retries,
-        delay=delay,
-        run_at=moment,
-        priority=priority,
-        queue=queue,
         dedup_keys=None if dedup_key is None else [dedup_key],
         concurrency_keys=None if concurrency_key is None else [concurrency_key],
-        concurrency_limit=concurrency_limit,
-        timeout=timeout,
-        depends_on=list(depends_on) or None,
+        **given,
     )
-    database = options.database(app)
-
-    async def go() -> Enqueued:
-        await schema.ensure_ready(database)
-        return await app.enqueue(
-            job_type,
-            value,
-            max_retries=max_retries,
-            delay=delay,
-            run_at=moment,
-            priority=priority,
-            queue=queue,
-            dedup_key=dedup_key,
-            concurrency_key=concurrency_key,
-            concurrency_limit=concurrency_limit,
-            timeout=timeout,
-            allow_unknown=allow_unknown,
-            depends_on=list(depends_on) or None,
-        )
-
-    answer = run(go, app)
-    if as_json:
-        click.echo(json.dumps({"job_type": job_type, **answer.to_dict()}))
-    else:
-        click.echo(render.enqueued(answer, dedup_key))
+    options.database(app)
+    answer: Enqueued = run_ready(
+        app,
+        lambda: app.enqueue(
+            job_type, value, dedup_key=dedup_key, concurrency_key=concurrency_key, **given
+        ),
+    )
+    emit(as_json, {"job_type": job_type, **answer.to_dict()}, render.enqueued(answer, dedup_key))
 
 
 def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The drainer's options, given to ``command`` as one ``drain_options`` (a
+    ``DrainOptions``), and ``--grace-period``."""
+
+    @functools.wraps(command)
+    def given(
+        *args: Any,
+        queue: str,
+        commit_mode: str,
+        batch_size: int | None,
+        concurrency: int,
+        threads: int | None,
+        shared: bool,
+        **rest: Any,
+    ) -> Any:
+        chosen = DrainOptions(
+            queue=queue,
+            commit_mode=commit_mode,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            threads=threads,
+            shared=shared,
+        )
+        return command(*args, drain_options=chosen, **rest)
+
+    decorated: Callable[..., Any] = given
     for option in reversed(
         [
             click.option(
@@ -233,8 +230,8 @@ def _drainer_options(command: Callable[..., Any]) -> Callable[..., Any]:
             ),
         ]
     ):
-        command = option(command)
-    return command
+        decorated = option(decorated)
+    return decorated
 
 
 def _not_started(queue: str, startup: StartUp) -> DrainResult:
@@ -270,7 +267,7 @@ class _Signals:
 
 def drain_queue(
     options: Options,
-    make: MakeDrainer,
+    drain_options: DrainOptions,
     *,
     max_seconds: float | None,
     grace_period: float,
@@ -289,12 +286,12 @@ def drain_queue(
 
         async def start() -> Drainer:
             await schema.ensure_ready(database)
-            return make(app)
+            return app.drainer(drain_options)
 
         async def go() -> DrainResult:
             signals.drainer = await startup.run(start())
             if signals.drainer is None:
-                return _not_started(make(app).queue, startup)
+                return _not_started(drain_options.queue, startup)
             return await serve_drain(
                 signals.drainer,
                 max_seconds=max_seconds,
@@ -306,14 +303,10 @@ def drain_queue(
         result = run(go, app)
     signals.received = signals.received or startup.received
     interrupted = signals.received
-    if as_json:
-        report = result.to_dict()
-        if interrupted is not None:
-            report["interrupted"] = interrupted.name
-        click.echo(json.dumps(report))
-    else:
-        for line in render.describe_drain(result, interrupted):
-            click.echo(line)
+    report = result.to_dict()
+    if interrupted is not None:
+        report["interrupted"] = interrupted.name
+    emit(as_json, report, *render.describe_drain(result, interrupted))
     if interrupted is not None and result.status is not RunStatus.FAILED:
         exit_with(EXIT_SIGNAL_BASE + interrupted)
     exit_with(exit_code(result, skipped_exit_code))
@@ -340,12 +333,7 @@ def drain(
     max_seconds: float | None,
     as_json: bool,
     skipped_exit_code: int,
-    queue: str,
-    commit_mode: str,
-    batch_size: int | None,
-    concurrency: int,
-    threads: int | None,
-    shared: bool,
+    drain_options: DrainOptions,
     grace_period: float,
 ) -> None:
     """Process due jobs until none is due or S seconds passed; skip if another (exclusive)
@@ -353,17 +341,9 @@ def drain(
     all went well, 3 some attempts failed, 1 the drainer failed,
     2 exclusive and shared drainers met on the queue, 130/143 interrupted by SIGINT/SIGTERM (a
     second signal aborts the jobs in flight)."""
-    drain_options = DrainOptions(
-        queue=queue,
-        commit_mode=commit_mode,
-        batch_size=batch_size,
-        concurrency=concurrency,
-        threads=threads,
-        shared=shared,
-    )
     drain_queue(
         options,
-        lambda app: app.drainer(drain_options),
+        drain_options,
         max_seconds=max_seconds,
         grace_period=grace_period,
         as_json=as_json,
@@ -409,12 +389,7 @@ def _metrics_server() -> Any:
 @pass_options
 def worker(
     options: Options,
-    queue: str,
-    commit_mode: str,
-    batch_size: int | None,
-    concurrency: int,
-    threads: int | None,
-    shared: bool,
+    drain_options: DrainOptions,
     grace_period: float,
     poll_interval: float,
     metrics_port: int | None,
@@ -442,25 +417,17 @@ def worker(
             await schema.ensure_ready(database)
             if serve_metrics is not None:
                 await serve_metrics(database, metrics_host, metrics_port, app.tasks.values())
-            drainer = app.drainer(
-                queue=queue,
-                commit_mode=commit_mode,
-                batch_size=batch_size,
-                concurrency=concurrency,
-                threads=threads,
-                shared=shared,
-                poll_interval=poll_interval,
-            )
+            drainer = app.drainer(drain_options, poll_interval=poll_interval)
             logger.info(
                 render.worker_started(drainer, database),
-                extra={"action": "worker_started", "queue": queue},
+                extra={"action": "worker_started", "queue": drainer.queue},
             )
             return drainer
 
         async def go() -> DrainResult:
             signals.drainer = await startup.run(start())
             if signals.drainer is None:
-                return _not_started(queue, startup)
+                return _not_started(drain_options.queue, startup)
             return await serve_worker(
                 signals.drainer,
                 grace_period=grace_period,
@@ -470,9 +437,5 @@ def worker(
             )
 
         result = run(go, app)
-    if as_json:
-        click.echo(json.dumps(result.to_dict()))
-    else:
-        for line in render.describe_drain(result, command="worker"):
-            click.echo(line)
+    emit(as_json, result.to_dict(), *render.describe_drain(result, command="worker"))
     exit_with(EXIT_FAILED if result.status is RunStatus.FAILED else EXIT_OK)

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
 import click
 
-from .. import schema
 from ..logs import RUNS_LOGGER
 from ..outcome import RunResult
 from . import render
-from .context import EXIT_OK, Options, exit_code, exit_with, pass_options, run
+from .context import EXIT_OK, Options, emit, exit_code, exit_with, pass_options, run, run_ready
 
 __all__ = ["crontab", "demo", "list_tasks", "run_task"]
 
@@ -36,17 +34,14 @@ def list_tasks(options: Options, as_json: bool, count: int) -> None:
     rows = render.task_entries(app, now, count)
     builtin = [] if app.retention is None else [render.retention_entry(app.retention, now, count)]
     job_types = render.job_type_entries(app)
-    if as_json:
-        click.echo(json.dumps({"tasks": rows, "builtin": builtin, "job_types": job_types}))
-        return
-    for line in render.task_table(rows, now):
-        click.echo(line)
-    for entry in builtin:
-        for line in render.builtin_lines(entry):
-            click.echo(line)
-    click.echo("")
-    for line in render.job_type_table(job_types):
-        click.echo(line)
+    emit(
+        as_json,
+        {"tasks": rows, "builtin": builtin, "job_types": job_types},
+        *render.task_table(rows, now),
+        *(line for entry in builtin for line in render.builtin_lines(entry)),
+        "",
+        *render.job_type_table(job_types),
+    )
 
 
 @click.command("run")
@@ -94,12 +89,13 @@ def run_task(
         prune_now(options, dry_run=False, as_json=as_json)
         return
     if task == "drain":
+        from ..queue.options import DrainOptions
         from ..service import DEFAULT_GRACE_PERIOD
         from .queue import drain_queue
 
         drain_queue(
             options,
-            lambda app: app.drainer(),
+            DrainOptions(),
             max_seconds=None,
             grace_period=DEFAULT_GRACE_PERIOD,
             as_json=as_json,
@@ -107,24 +103,16 @@ def run_task(
         )
     app = options.load_app()
     app.task(task)  # an unknown task fails before any connection is made
-    database = options.database(app)
+    options.database(app)
     grace_delta = None if grace is None else timedelta(seconds=grace)
     _quiet_run_lines()
-
-    async def go() -> RunResult:
-        await schema.ensure_ready(database)
-        return await app.run(task, manual=manual, grace=grace_delta)
-
-    report_run(run(go, app), as_json, skipped_exit_code)
+    result = run_ready(app, lambda: app.run(task, manual=manual, grace=grace_delta))
+    report_run(result, as_json, skipped_exit_code)
 
 
 def report_run(result: RunResult, as_json: bool, skipped_exit_code: int = EXIT_OK) -> NoReturn:
     """Print a run's outcome (one JSON object, or its lines) and exit with its code."""
-    if as_json:
-        click.echo(json.dumps(result.to_dict()))
-    else:
-        for line in render.describe(result):
-            click.echo(line)
+    emit(as_json, result.to_dict(), *render.describe(result))
     exit_with(exit_code(result, skipped_exit_code))
 
 

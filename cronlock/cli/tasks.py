@@ -13,16 +13,13 @@ exits 1.
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from .. import schema
 from ..app import App
 from ..outcome import RunResult
 from ..periodic.control import FailingItem, TaskState
 from . import render
-from .context import EXIT_FAILED, EXIT_OK, Options, exit_with, pass_options, run
+from .context import EXIT_FAILED, EXIT_OK, Options, emit, exit_with, pass_options, run_ready
 from .runs import report_run
 
 __all__ = ["task_group"]
@@ -57,13 +54,10 @@ def _pause_command(name: str, pause: bool) -> click.Command:
     @pass_options
     def command(options: Options, task: str, as_json: bool, by: str | None = None) -> None:
         app = _app(options, task)
-
-        async def go() -> TaskState:
-            await schema.ensure_ready(app.database)
-            return await (app.tasks.pause(task, by=by) if pause else app.tasks.resume(task))
-
-        state = run(go, app)
-        click.echo(json.dumps(state.to_dict()) if as_json else _state_line(state))
+        state: TaskState = run_ready(
+            app, lambda: app.tasks.pause(task, by=by) if pause else app.tasks.resume(task)
+        )
+        emit(as_json, state.to_dict(), _state_line(state))
 
     return command
 
@@ -86,12 +80,8 @@ def run_now(options: Options, task: str, as_json: bool) -> None:
     """One run of TASK now, here, under its lock (as `cronlock run TASK --manual`): skipped
     while another run holds the lock; it runs even while TASK is paused."""
     app = _app(options, task)
-
-    async def go() -> RunResult:
-        await schema.ensure_ready(app.database)
-        return await app.tasks.run_now(task)
-
-    report_run(run(go, app), as_json)
+    result: RunResult = run_ready(app, lambda: app.tasks.run_now(task))
+    report_run(result, as_json)
 
 
 def _item_rows(items: list[FailingItem]) -> list[str]:
@@ -132,7 +122,6 @@ def parked(
     app = _app(options, task)
 
     async def go() -> tuple[str, int] | list[FailingItem]:
-        await schema.ensure_ready(app.database)
         if retry_key is not None:
             retried = await app.tasks.retry_parked(task, retry_key)
             return ("retried" if retried else "not parked", int(retried))
@@ -141,21 +130,12 @@ def parked(
             return ("cleared", cleared)
         return await app.tasks.parked(task)
 
-    found = run(go, app)
+    found = run_ready(app, go)
     if isinstance(found, list):
-        if as_json:
-            click.echo(json.dumps({"task": task, "items": [i.to_dict() for i in found]}))
-        elif not found:
-            click.echo(f"{task}: no failing items")
-        else:
-            for line in _item_rows(found):
-                click.echo(line)
+        lines = _item_rows(found) if found else [f"{task}: no failing items"]
+        emit(as_json, {"task": task, "items": [i.to_dict() for i in found]}, *lines)
         return
     word, count = found
-    if as_json:
-        click.echo(json.dumps({"task": task, "outcome": word, "items": count}))
-    elif retry_key is not None:
-        click.echo(f"{task}: item {retry_key} {word}")
-    else:
-        click.echo(f"{task}: {count} item(s) forgotten")
+    done = f"item {retry_key} {word}" if retry_key is not None else f"{count} item(s) forgotten"
+    emit(as_json, {"task": task, "outcome": word, "items": count}, f"{task}: {done}")
     exit_with(EXIT_OK if count or clear_all else EXIT_FAILED)

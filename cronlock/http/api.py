@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from .. import schema, sql
 from ..app import App
@@ -29,7 +29,6 @@ from ..errors import (
     UnknownTask,
 )
 from ..outcome import JobStatus, RunResult
-from ..periodic.control import TaskState
 from ..queue.cancel import DEFAULT_CANCEL_WAIT
 from ..queue.control import QueueInfo, QueueState
 from ..queue.jobs import MAX_CONCURRENCY_LIMIT, MAX_DELAY, MAX_NAME_LENGTH, MAX_RETRIES_LIMIT
@@ -62,6 +61,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = ["DASHBOARD_PATH", "create_api", "create_router"]
 
 logger = logging.getLogger("cronlock.http")
+
+T = TypeVar("T")
 
 # Where `cronlock serve` (create_api) mounts the dashboard; / redirects there.
 DASHBOARD_PATH = "/dashboard"
@@ -328,22 +329,10 @@ def create_router(
     )
     async def enqueue(body: EnqueueRequest) -> Response:
         # Committed on its own (one INSERT without a dedup key); bad input writes nothing.
+        # The body's other fields are the enqueue's options, by name.
+        given = body.model_dump(exclude={"job_type", "payload"})
         try:
-            answer = await app.enqueue(
-                body.job_type,
-                body.payload,
-                max_retries=body.max_retries,
-                delay=body.delay,
-                run_at=body.run_at,
-                priority=body.priority,
-                queue=body.queue,
-                dedup_key=body.dedup_key,
-                concurrency_key=body.concurrency_key,
-                concurrency_limit=body.concurrency_limit,
-                timeout=body.timeout,
-                allow_unknown=body.allow_unknown,
-                depends_on=body.depends_on,
-            )
+            answer = await app.enqueue(body.job_type, body.payload, **given)
         except DatabaseUnavailable:
             raise  # a 503 (GuardedRoute), not the request's fault
         except InvalidPayload as exc:
@@ -361,19 +350,17 @@ def create_router(
             else f"job type {body.job_type!r} has no handler or declaration in this app: only "
             "a drainer whose app registers its handler runs it"
         )
-        if answer.created:
-            view = EnqueueResponse(
-                job_id=answer.id, id=answer.id, created=True, detail="enqueued", warning=warning
-            )
-            return JSONResponse(view.model_dump(mode="json"), status_code=201)
-        view = EnqueueResponse(
-            job_id=answer.id,
-            id=answer.id,
-            created=False,
-            detail="not enqueued: a waiting job already holds this dedup_key; this is its id",
-            warning=warning,
+        detail = (
+            "enqueued"
+            if answer.created
+            else "not enqueued: a waiting job already holds this dedup_key; this is its id"
         )
-        return JSONResponse(view.model_dump(mode="json"), status_code=200)
+        view = EnqueueResponse(
+            job_id=answer.id, id=answer.id, created=answer.created, detail=detail, warning=warning
+        )
+        return JSONResponse(
+            view.model_dump(mode="json"), status_code=201 if answer.created else 200
+        )
 
     @router.get("/jobs", response_model=JobPageView, **guarded("reads", 422), summary="Find jobs")
     async def list_jobs(
@@ -490,12 +477,10 @@ def create_router(
     ) -> QueueStateView:
         return _state(await app.resume_queue(name))
 
-    async def _task_state(name: str, pause: bool, by: str | None, request: Request) -> TaskState:
+    async def _of_task(work: Awaitable[T]) -> T:
+        """A periodic task's verb: an unknown task is a 404."""
         try:
-            if pause:
-                who = by or f"http from {request.client.host if request.client else 'unknown'}"
-                return await app.tasks.pause(name, by=who)
-            return await app.tasks.resume(name)
+            return await work
         except UnknownTask as exc:
             raise HTTPException(404, str(exc)) from None
 
@@ -510,7 +495,8 @@ def create_router(
         request: Request,
         by: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     ) -> TaskStateView:
-        state = await _task_state(name, True, by, request)
+        who = by or f"http from {request.client.host if request.client else 'unknown'}"
+        state = await _of_task(app.tasks.pause(name, by=who))
         return TaskStateView.model_validate(state.to_dict())
 
     @router.post(
@@ -519,8 +505,8 @@ def create_router(
         **guarded("writes", 404, 422),
         summary="Resume a paused periodic task",
     )
-    async def resume_task(name: TaskName, request: Request) -> TaskStateView:
-        state = await _task_state(name, False, None, request)
+    async def resume_task(name: TaskName) -> TaskStateView:
+        state = await _of_task(app.tasks.resume(name))
         return TaskStateView.model_validate(state.to_dict())
 
     @router.post(
@@ -532,10 +518,7 @@ def create_router(
         """The run's outcome once it ended (``skipped``, ``lock_busy``, while another run
         holds the task's lock). It runs here, in the server's process, which has the app and
         its database: no scheduler need be running (a crontab-only deployment has none)."""
-        try:
-            result: RunResult = await app.tasks.run_now(name)
-        except UnknownTask as exc:
-            raise HTTPException(404, str(exc)) from None
+        result: RunResult = await _of_task(app.tasks.run_now(name))
         return result.to_dict()
 
     @router.get(
@@ -545,10 +528,7 @@ def create_router(
         summary="A periodic task's failing items, parked ones first, with their last error",
     )
     async def parked_items(name: TaskName) -> list[FailingItemView]:
-        try:
-            found = await app.tasks.parked(name)
-        except UnknownTask as exc:
-            raise HTTPException(404, str(exc)) from None
+        found = await _of_task(app.tasks.parked(name))
         return [FailingItemView.model_validate(item.to_dict()) for item in found]
 
     def _job_type(name: str) -> JobTypeView:
@@ -617,11 +597,10 @@ def create_router(
                 pass  # answered as it is now: the client reads its status
             except JobNotFound:
                 raise HTTPException(404, f"no job {job_id}") from None
-        async with app.database.connect() as conn:
-            row = (await conn.execute(sql.JOB_GET, {"id": job_id})).mappings().first()
-        if row is None:
+        job = await app.get_job(job_id)
+        if job is None:
             raise HTTPException(404, f"no job {job_id}")
-        return JobView.model_validate(dict(row))
+        return JobView.model_validate(job.to_dict())
 
     @router.get(
         "/runs", response_model=list[RunView], **guarded("reads", 422), summary="Recent runs"

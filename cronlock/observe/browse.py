@@ -11,7 +11,6 @@ position of its last job in that order.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 
 from .. import sql
 from ..database import Database
@@ -19,52 +18,33 @@ from ..errors import InvalidJobOption
 from ..outcome import JobStatus
 from ..queue.operate import JobFilter, JobInfo, JobPage, decode_cursor, encode_cursor
 
-__all__ = ["OPEN", "browse_jobs"]
-
-# The dashboard's "status" for every job but a completed one.
-OPEN = ""
+__all__ = ["browse_jobs"]
 
 
 async def browse_jobs(
-    database: Database,
-    *,
-    status: str = OPEN,
-    queue: str | None = None,
-    job_type: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
+    database: Database, where: JobFilter, *, limit: int = 50, cursor: str | None = None
 ) -> JobPage:
-    """A page of jobs of ``status`` (``OPEN``: any but completed), of one queue and type,
-    created in [created_after, created_before), in the order described above."""
-    if status != OPEN:
-        try:
-            status = JobStatus(status).value
-        except ValueError:
-            known = ", ".join(s.value for s in JobStatus)
-            raise InvalidJobOption(f"unknown job status {status!r} (one of {known})") from None
-    # The queue is checked here and bound by the page's own statement (its index leads with
-    # it), not by the filter's conditions.
-    checked = JobFilter(
-        queue=queue,
-        job_type=job_type,
-        created_after=created_after,
-        created_before=created_before,
-    )
-    conditions, params = replace(checked, queue=None).where()
+    """A page of the jobs ``where`` matches, of one status or none (any but completed), in
+    the order described above."""
+    if len(where.statuses) > 1:
+        raise InvalidJobOption("the dashboard's list shows one status at a time")
+    status = where.statuses[0] if where.statuses else None
+    queue = where.queue
+    # The status and the queue are bound by the page's own statement (its index leads with
+    # them), not by the filter's conditions.
+    conditions, params = replace(where, status=None, queue=None).where()
     after = cursor is not None
-    completed = status == JobStatus.COMPLETED.value
+    completed = status is JobStatus.COMPLETED
     if completed:
         statement = sql.job_completed_page(conditions, queue=queue is not None, after=after)
         key = "after_completed_at"
     else:
         statement = sql.job_open_page(
-            conditions, queue=queue is not None, status=status != OPEN, after=after
+            conditions, queue=queue is not None, status=status is not None, after=after
         )
         key = "after_created_at"
-        if status != OPEN:
-            params["status"] = status
+        if status is not None:
+            params["status"] = status.value
     if queue is not None:
         params["queue"] = queue
     if cursor is not None:

@@ -21,7 +21,7 @@ from .. import sql
 from ..app import App
 from ..periodic import backlog
 from ..periodic.task import PeriodicTask
-from .serving import COUNT_CAP, capped_counts, is_unserved, live_active
+from .serving import COUNT_CAP, Drainer, capped_counts, is_unserved, live_active
 from .status import streak
 
 __all__ = [
@@ -76,24 +76,6 @@ class TaskHealth:
         if self.last_status is None:
             return "new"
         return "ok"
-
-
-@dataclass(frozen=True)
-class Drainer:
-    """A drainer's row: ``state`` is active, standby, stopping, or gone (its heartbeat
-    stopped: ``sql.WORKER_LIST``'s liveness rule)."""
-
-    id: str
-    queue: str
-    state: str
-    host: str
-    pid: int | None
-    heartbeat_age_seconds: float
-    started_at: datetime
-    processed: int
-    failed: int
-    retried: int
-    in_flight: int
 
 
 @dataclass(frozen=True)
@@ -178,22 +160,7 @@ async def collect_overview(app: App, *, now: datetime | None = None) -> Overview
             )
         )
 
-    drainers = tuple(
-        Drainer(
-            id=str(row["id"]),
-            queue=row["queue"],
-            state=row["state"] if row["alive"] else "gone",
-            host=row["host"],
-            pid=row["pid"],
-            heartbeat_age_seconds=round((row["now"] - row["heartbeat_at"]).total_seconds(), 3),
-            started_at=row["started_at"],
-            processed=row["processed"],
-            failed=row["failed"],
-            retried=row["retried"],
-            in_flight=row["in_flight"],
-        )
-        for row in drainer_rows
-    )
+    drainers = tuple(Drainer.from_row(row) for row in drainer_rows)
     active = live_active(drainer_rows)
     queues = []
     for name in queue_names:

@@ -19,7 +19,8 @@ is a walk of that many entries, and past a thousand the number tells an operator
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import sql
@@ -31,6 +32,7 @@ __all__ = [
     "COMPLETED_CAP",
     "COUNT_CAP",
     "UNSERVED_AFTER",
+    "Drainer",
     "capped_counts",
     "is_unserved",
     "live_active",
@@ -42,6 +44,45 @@ COUNT_CAP = 10_000
 COMPLETED_CAP = 1_000
 
 UNSERVED_AFTER = timedelta(minutes=2)
+
+
+@dataclass(frozen=True)
+class Drainer:
+    """A drainer's row as status, the overview and the dashboard show it: ``state`` is
+    active, standby, stopping, or gone (its heartbeat stopped: ``sql.WORKER_LIST``'s
+    liveness rule)."""
+
+    id: str
+    queue: str
+    state: str
+    host: str
+    pid: int | None
+    heartbeat_age_seconds: float
+    processed: int
+    failed: int
+    retried: int
+    in_flight: int
+    started_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> Drainer:
+        """From a ``sql.WORKER_LIST`` row."""
+        return cls(
+            id=str(row["id"]),
+            queue=row["queue"],
+            state=row["state"] if row["alive"] else "gone",
+            host=row["host"],
+            pid=row["pid"],
+            heartbeat_age_seconds=round((row["now"] - row["heartbeat_at"]).total_seconds(), 3),
+            processed=row["processed"],
+            failed=row["failed"],
+            retried=row["retried"],
+            in_flight=row["in_flight"],
+            started_at=row["started_at"],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "started_at": self.started_at.isoformat()}
 
 
 def live_active(drainers: Iterable[Mapping[Any, Any]]) -> dict[str, int]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .. import sql
 from ..database import Database
 from ..periodic import PeriodicTask, backlog
-from .serving import COMPLETED_CAP, capped_counts, is_unserved, live_active
+from .serving import COMPLETED_CAP, Drainer, capped_counts, is_unserved, live_active
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -186,25 +186,7 @@ async def collect_queue(database: Database, *, failures: int = 10) -> dict[str, 
         counts, capped = await capped_counts(conn, seen, completed_cap=COMPLETED_CAP)
         drainer_rows = (await conn.execute(sql.WORKER_LIST)).mappings().all()
         active = live_active(drainer_rows)
-        workers = []
-        for row in drainer_rows:
-            age = (row["now"] - row["heartbeat_at"]).total_seconds()
-            workers.append(
-                {
-                    "id": str(row["id"]),
-                    "queue": row["queue"],
-                    # gone: its heartbeat stopped (sql.WORKER_LIST's one liveness rule)
-                    "state": row["state"] if row["alive"] else "gone",
-                    "host": row["host"],
-                    "pid": row["pid"],
-                    "heartbeat_age_seconds": round(age, 3),
-                    "processed": row["processed"],
-                    "failed": row["failed"],
-                    "retried": row["retried"],
-                    "in_flight": row["in_flight"],
-                    "started_at": _jsonable(row["started_at"]),
-                }
-            )
+        workers = [Drainer.from_row(row).to_dict() for row in drainer_rows]
     queues = sorted(set(counts) | set(due) | {name for name, at in paused.items() if at})
     rates = {
         f"{outcome}_per_min_{minutes}m": round(rates_row[f"{outcome}_{minutes}m"] / minutes, 3)

@@ -294,6 +294,11 @@ def _parses(parse: Callable[[str], Any], kind: type) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, kind) or _reads(parse, value)
 
 
+def _loads(parse: Callable[[str], Any], kind: type) -> Callable[[Any], Any]:
+    """A ``kind`` as it is, or a string ``parse`` reads as one."""
+    return lambda value: value if isinstance(value, kind) else parse(value)
+
+
 def _finite_decimal(value: Any) -> Decimal:
     number = value if isinstance(value, Decimal) else Decimal(str(value))
     if not number.is_finite():
@@ -320,22 +325,6 @@ def _decimal_accepts(value: Any) -> bool:
 def _date_only(value: Any) -> bool:
     # A datetime is a date too, but not one a date field takes: its time would be lost.
     return type(value) is date or _reads(date.fromisoformat, value)
-
-
-def _parse_date(value: Any) -> date:
-    return value if isinstance(value, date) else date.fromisoformat(value)
-
-
-def _parse_datetime(value: Any) -> datetime:
-    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
-
-
-def _parse_time(value: Any) -> time:
-    return value if isinstance(value, time) else time.fromisoformat(value)
-
-
-def _parse_uuid(value: Any) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
 
 
 _STRING: Final = {"type": "string"}
@@ -394,7 +383,7 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         "a valid datetime (or its ISO 8601 string)",
         {"type": "string", "format": "date-time"},
         _parses(datetime.fromisoformat, datetime),
-        _parse_datetime,
+        _loads(datetime.fromisoformat, datetime),
         passes=(datetime,),
     ),
     date: _Leaf(
@@ -402,7 +391,7 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         "a valid date (or its ISO 8601 string)",
         {"type": "string", "format": "date"},
         _date_only,
-        _parse_date,
+        _loads(date.fromisoformat, date),
         passes=(date,),
     ),
     time: _Leaf(
@@ -410,7 +399,7 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         "a valid time (or its ISO 8601 string)",
         {"type": "string", "format": "time"},
         _parses(time.fromisoformat, time),
-        _parse_time,
+        _loads(time.fromisoformat, time),
         passes=(time,),
     ),
     Decimal: _Leaf(
@@ -425,7 +414,7 @@ _LEAVES: Final[dict[Any, _Leaf]] = {
         "a valid UUID",
         {"type": "string", "format": "uuid"},
         _parses(uuid.UUID, uuid.UUID),
-        _parse_uuid,
+        _loads(uuid.UUID, uuid.UUID),
         passes=(uuid.UUID,),
     ),
 }
@@ -509,18 +498,20 @@ class _Nested(_Kind):
         return self.model.json_schema()
 
     def check(self, value: Any) -> Any:
-        errors: list[dict[str, Any]] = []
-        checked = self.model.checked(value, [], errors)
-        if errors:
-            raise _Wrong(errors)
-        return checked
+        return _collected(self.model.checked, value)
 
     def load(self, value: Any) -> Any:
-        errors: list[dict[str, Any]] = []
-        loaded = self.model.loaded(value, [], errors)
-        if errors:
-            raise _Wrong(errors)
-        return loaded
+        return _collected(self.model.loaded, value)
+
+
+def _collected(walk: Callable[[Any, list[Any], list[dict[str, Any]]], Any], value: Any) -> Any:
+    """``walk``'s answer for ``value`` (a ``DataclassModel``'s ``checked`` or ``loaded``), or
+    the errors it found as one ``_Wrong``."""
+    errors: list[dict[str, Any]] = []
+    answer = walk(value, [], errors)
+    if errors:
+        raise _Wrong(errors)
+    return answer
 
 
 def _kind_of(hint: Any, seen: frozenset[type]) -> _Kind:
@@ -587,18 +578,17 @@ class DataclassModel:
     def dump(self, value: Any, what: str) -> str:
         if value is not None and not isinstance(value, self._accepted):
             raise _not_a_payload(what, self.name, value)
-        errors: list[dict[str, Any]] = []
-        checked = self.checked({} if value is None else value, [], errors)
-        if errors:
-            raise _mismatch(what, self.name, errors)
+        try:
+            checked = _collected(self.checked, {} if value is None else value)
+        except _Wrong as wrong:
+            raise _mismatch(what, self.name, wrong.errors) from None
         return to_json(checked, what)
 
     def load(self, value: Any, what: str) -> Any:
-        errors: list[dict[str, Any]] = []
-        loaded = self.loaded(value, [], errors)
-        if errors:
-            raise _mismatch(what, self.name, errors)
-        return loaded
+        try:
+            return _collected(self.loaded, value)
+        except _Wrong as wrong:
+            raise _mismatch(what, self.name, wrong.errors) from None
 
     def checked(self, value: Any, loc: list[Any], errors: list[dict[str, Any]]) -> Any:
         """``value`` (an instance or a mapping) as ``to_json`` can encode it: the mapping

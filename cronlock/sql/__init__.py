@@ -93,7 +93,6 @@ _STATEMENTS: dict[str, tuple[str, ...]] = {
         "JOB_OLDEST_DUE",
         "JOB_PRUNE",
         "JOB_PRUNE_COUNT",
-        "JOB_RATES",
         "JOB_RATES_BY_QUEUE",
         "JOB_RECENT_FAILURES",
         "JOB_RETRY",

@@ -99,7 +99,6 @@ __all__ = [
     "JOB_OLDEST_DUE",
     "JOB_PRUNE",
     "JOB_PRUNE_COUNT",
-    "JOB_RATES",
     "JOB_RATES_BY_QUEUE",
     "JOB_RECENT_FAILURES",
     "JOB_RETRY",
@@ -970,18 +969,6 @@ def _since(minutes: int) -> ColumnElement[bool]:
     return jobs.c.completed_at >= func.now() - func.make_interval(0, 0, 0, 0, 0, minutes)
 
 
-# Jobs finished in the last 1, 5 and 15 minutes, by outcome (failed: given up for good).
-JOB_RATES = select(
-    *[
-        func.count()
-        .filter(jobs.c.status == status, _since(minutes))
-        .label(status + "_" + str(minutes) + "m")  # a constant column label
-        for status in ("completed", "failed")
-        for minutes in (1, 5, 15)
-    ]
-).where(jobs.c.completed_at.is_not(None))
-
-
 # When an operator asked to cancel the job while it ran, if the request is still open: a
 # primary-key probe of cancel_requests per job shown.
 _cancel_requested_at = (
@@ -1314,11 +1301,10 @@ _of_queues = (
     .table_valued(column("queue", Text))
     .render_derived(name="of_queues")
 )
-_done = jobs.c.status == literal_column("'completed'")
 _completed_capped = (
     select(literal_column("1"))
     .select_from(jobs)
-    .where(_done, jobs.c.completed_at.is_not(None), jobs.c.queue == _of_queues.c.queue)
+    .where(_completed, jobs.c.completed_at.is_not(None), jobs.c.queue == _of_queues.c.queue)
     .limit(bindparam("cap", type_=Integer))
     .correlate_except(jobs)
     .subquery("completed")
@@ -1403,7 +1389,7 @@ def job_completed_page(
     """A page of completed jobs, most recently completed first (completed_at, then id),
     :limit of them, matching ``where``, of :queue when given, after the keyset position
     (:after_completed_at, :after_id) with ``after``: a backward range of ix_jobs_finished."""
-    conditions: list[ColumnElement[bool]] = [_done, jobs.c.completed_at.is_not(None), *where]
+    conditions: list[ColumnElement[bool]] = [_completed, jobs.c.completed_at.is_not(None), *where]
     if queue:
         conditions.append(jobs.c.queue == bindparam("queue", type_=Text))
     if after:

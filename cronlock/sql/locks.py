@@ -111,22 +111,15 @@ LOCK_XACT = select(
 # :is_local scopes them to the transaction (the lock connection, which may sit behind
 # PgBouncer in transaction mode) or to the session (a job lane's own connection).
 KEEPALIVE_SETTINGS = select(
-    func.set_config(
-        "tcp_keepalives_idle", bindparam("idle", type_=Text), bindparam("is_local", type_=Boolean)
-    ),
-    func.set_config(
-        "tcp_keepalives_interval",
-        bindparam("interval", type_=Text),
-        bindparam("is_local", type_=Boolean),
-    ),
-    func.set_config(
-        "tcp_keepalives_count", bindparam("count", type_=Text), bindparam("is_local", type_=Boolean)
-    ),
-    func.set_config(
-        "tcp_user_timeout",
-        bindparam("user_timeout", type_=Text),
-        bindparam("is_local", type_=Boolean),
-    ),
+    *[
+        func.set_config(setting, bindparam(name, type_=Text), bindparam("is_local", type_=Boolean))
+        for setting, name in (
+            ("tcp_keepalives_idle", "idle"),
+            ("tcp_keepalives_interval", "interval"),
+            ("tcp_keepalives_count", "count"),
+            ("tcp_user_timeout", "user_timeout"),
+        )
+    ]
 )
 
 # The lock transaction idles by design: no server-side timeout may end it (and so the lock).

@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from ..outcome import RUN_CLAIMING_STATUSES
+from .runs import _claiming
 from .tables import failing_items, runs, tasks
 
 __all__ = [
@@ -48,9 +48,6 @@ __all__ = [
 
 _task = bindparam("task", type_=Text)
 _now = bindparam("now", type_=DateTime(timezone=True))
-# Constants, as in runs.py: the planner proves a predicate implies ux_runs_task_slot's only
-# against constants.
-_claiming = runs.c.status.in_([literal_column(repr(s.value)) for s in RUN_CLAIMING_STATUSES])
 
 # Pause: a row is returned only when this call paused the task (not when it already was).
 TASK_PAUSE = (

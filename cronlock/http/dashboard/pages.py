@@ -36,7 +36,7 @@ from ...outcome import (
     JOB_RETRYABLE_STATUSES,
     JobStatus,
 )
-from ...queue.operate import ChangeOutcome, JobChange
+from ...queue.operate import ChangeOutcome, JobChange, JobFilter, JobPage
 from ..access import Access, GuardedRoute
 from .auth import COOKIE, Viewer, same_origin, viewer
 
@@ -301,46 +301,34 @@ def create_dashboard(
             for key in ("queue", "status", "job_type", "created_after", "created_before")
         }
         cursor = query.get("cursor") or None
+        error: str | None = None
         try:
-            after = chosen["created_after"]
-            before = chosen["created_before"]
-            found = await browse_jobs(
-                app.database,
-                status=chosen["status"],
+            after, before = chosen["created_after"], chosen["created_before"]
+            where = JobFilter(
+                status=chosen["status"] or None,  # none: every job but a completed one
                 queue=chosen["queue"] or None,
                 job_type=chosen["job_type"] or None,
                 created_after=_aware(after, "created after") if after else None,
                 created_before=_aware(before, "created before") if before else None,
-                limit=PAGE_SIZE,
-                cursor=cursor,
             )
+            found = await browse_jobs(app.database, where, limit=PAGE_SIZE, cursor=cursor)
         except (CronlockError, _BadInput) as exc:
-            return page(
-                request,
-                who,
-                "jobs.html",
-                422,
-                jobs=(),
-                chosen=chosen,
-                error=str(exc),
-                next_link=None,
-                first_link=None,
-                statuses=list(JobStatus),
-            )
+            found, error = JobPage((), None), str(exc)
         kept = {key: value for key, value in chosen.items() if value}
         next_link = (
             None
             if found.next_cursor is None
             else f"?{urlencode({**kept, 'cursor': found.next_cursor})}"
         )
-        first_link = f"?{urlencode(kept)}" if cursor else None
+        first_link = f"?{urlencode(kept)}" if cursor and error is None else None
         return page(
             request,
             who,
             "jobs.html",
+            200 if error is None else 422,
             jobs=found.jobs,
             chosen=chosen,
-            error=None,
+            error=error,
             next_link=next_link,
             first_link=first_link,
             statuses=list(JobStatus),
@@ -378,13 +366,8 @@ def create_dashboard(
             target = uuid.UUID(job_id)
         except ValueError:
             return problem(request, who, 422, f"Not a job id: {job_id[:60]!r}")
-        change: JobChange
-        if verb == "retry":
-            change = await app.retry_job(target)
-        elif verb == "cancel":
-            change = await app.cancel_job(target)
-        else:
-            change = await app.delete_job(target)
+        verbs = {"retry": app.retry_job, "cancel": app.cancel_job, "delete": app.delete_job}
+        change: JobChange = await verbs[verb](target)
         logger.info(
             "dashboard: %s job %s: %s",
             verb,
