@@ -233,13 +233,16 @@ def datetime_of(micros: int) -> datetime:
 
 
 class Completion:
-    """The outcome statements of one schema, compiled once for the lanes' driver."""
+    """The outcome statements of one schema, compiled once for the lanes' driver: a
+    transactional mode's (``write``) and the lease mode's, fenced (``write_fenced``)."""
 
     def __init__(self, schema: str, queue: str) -> None:
         self.queue = queue  # for the logs
         self._one = AsyncpgStatement.of(sql.JOB_COMPLETE_ONE, schema)
         self._many = AsyncpgStatement.of(sql.JOB_COMPLETE_MANY, schema)
         self._finish = AsyncpgStatement.of(sql.JOB_FINISH_MANY, schema)
+        self._leased_many = AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
+        self._leased_finish = AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
 
     async def write(
         self, driver: DriverConnection, outcomes: list[Attempt], now: datetime | None = None
@@ -262,6 +265,33 @@ class Completion:
                 "results": [s.result for s in successes],
             }
             await driver.execute(self._many.sql, *self._many.args(now=now, **columns))
+
+    async def write_fenced(
+        self,
+        driver: DriverConnection,
+        outcomes: list[Attempt],
+        attempts: Mapping[uuid.UUID, int],
+        owner: uuid.UUID,
+        now: datetime | None = None,
+    ) -> set[uuid.UUID]:
+        """The lease mode's: write outcomes of ``owner``'s running jobs in one statement, each
+        fenced by its attempt (``attempts``, by job); the ids written (the others' jobs were
+        handed on since)."""
+        if all(isinstance(o, Success) for o in outcomes):
+            statement = self._leased_many
+            results = [o.result for o in outcomes if isinstance(o, Success)]
+            args = statement.args(
+                ids=[o.job.id for o in outcomes],
+                attempts=[attempts[o.job.id] for o in outcomes],
+                # NULL: every result is, and the statement need not look them up.
+                results=results if any(r is not None for r in results) else None,
+                worker=owner,
+                now=now,
+            )
+        else:
+            statement = self._leased_finish
+            args = statement.args(worker=owner, now=now, **finish_columns(outcomes, attempts))
+        return {row[0] for row in await driver.fetch(statement.sql, *args)}
 
     async def record_lost(
         self, engine: AsyncEngine, failure: Failure | Cancelled, now: datetime | None = None
