@@ -330,49 +330,17 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
     run_at and errors: JOB_FINISH_MANY leaves NULLs as they are). The started_at sent is the
     claim's, on the database's clock; the statement writes completed_at itself."""
     job = outcome.job
+    retries, delay, error, entry, result = job.retry_count, None, None, None, None
     if isinstance(outcome, Success):
-        return (
-            job.id,
-            JobStatus.COMPLETED.value,
-            job.retry_count,
-            None,
-            None,
-            None,
-            outcome.result,
-            job.claimed_at,
-        )
-    if isinstance(outcome, Cancelled):
-        return (
-            outcome.job.id,
-            JobStatus.CANCELLED.value,
-            outcome.job.retry_count,
-            None,
-            outcome.error,
-            outcome.error_entry,
-            None,
-            job.claimed_at,
-        )
-    if isinstance(outcome, Snoozed):
-        return (
-            outcome.job.id,
-            outcome.status.value,
-            outcome.job.retry_count,
-            outcome.delay,
-            None,
-            outcome.error_entry,
-            None,
-            job.claimed_at,
-        )
-    return (
-        outcome.job.id,
-        outcome.status.value,
-        outcome.retry_count,
-        outcome.delay,
-        outcome.error,
-        outcome.error_entry,
-        None,
-        job.claimed_at,
-    )
+        status, result = JobStatus.COMPLETED.value, outcome.result
+    elif isinstance(outcome, Cancelled):
+        status, error, entry = JobStatus.CANCELLED.value, outcome.error, outcome.error_entry
+    elif isinstance(outcome, Snoozed):
+        status, delay, entry = outcome.status.value, outcome.delay, outcome.error_entry
+    else:
+        status, retries, delay = outcome.status.value, outcome.retry_count, outcome.delay
+        error, entry = outcome.error, outcome.error_entry
+    return (job.id, status, retries, delay, error, entry, result, job.claimed_at)
 
 
 def finish_columns(

@@ -87,26 +87,27 @@ class Lane:
 _decode = json.JSONDecoder().raw_decode
 
 
-def read_jobs(rows: Sequence[Sequence[Any]]) -> tuple[list[Job], list[Failure]]:
+def read_jobs(batch: Batch, rows: Sequence[Sequence[Any]]) -> list[Job]:
     """Claimed rows as jobs, when a payload among them cannot be read here (JSON nested deeper
     than Python's recursion limit, which plain SQL can store): that job fails for good instead
-    of its lane (``complete.given_up``). Only then: the claim's own loop is the fast path."""
+    of its lane (``complete.given_up``, an outcome of ``batch``). Only then: the claim's own
+    loop is the fast path."""
     jobs: list[Job] = []
-    unreadable: list[Failure] = []
     for id, kind, payload, retries, most, created, at, *rest in rows:  # rest: timeout, trace
         try:
             jobs.append(Job(id, kind, _decode(payload)[0], retries, most, created, at, *rest))
         except (RecursionError, ValueError) as exc:
             job = Job(id, kind, None, retries, most, created, at)
             error = f"its payload could not be read: {error_line(exc)}"
-            unreadable.append(given_up(job, error))
+            batch.outcomes.append(given_up(job, error))
+            batch.begun.append(time.perf_counter())
             logger.error(
                 "job %s: %s: failed",
                 id,
                 error,
                 extra={"action": "job_unreadable", "job_id": str(id)},
             )
-    return jobs, unreadable
+    return jobs
 
 
 async def refused_alone(
@@ -561,10 +562,7 @@ class InTransaction:
                 for id, kind, payload, retries, most, created, at, limit in rows
             ]
         except (RecursionError, ValueError):
-            claimed, unreadable = read_jobs(rows)
-            batch.outcomes += unreadable
-            batch.begun += [time.perf_counter()] * len(unreadable)
-            return claimed
+            return read_jobs(batch, rows)
 
     async def ran(self, batch: Batch, outcome: Attempt, started: float) -> None:
         batch.outcomes.append(outcome)

@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import datetime
@@ -136,9 +135,7 @@ class Leased:
         except (RecursionError, ValueError):
             for row in rows:
                 held[row[0]] = row[6]
-            batch.jobs, unreadable = read_jobs([(*row[:6], *row[7:]) for row in rows])
-            batch.outcomes += unreadable
-            batch.begun += [time.perf_counter()] * len(unreadable)
+            batch.jobs = read_jobs(batch, [(*row[:6], *row[7:]) for row in rows])
         return batch.jobs
 
     async def _claim_keyed(
@@ -211,12 +208,7 @@ class Leased:
         ran = {o.job.id for o in batch.outcomes}
         not_started = [job.id for job in batch.jobs if job.id in held and job.id not in ran]
         if not_started:
-            done = await batch.driver.fetch(
-                self._hand_back.sql, *self._hand_back.args(worker=self.owner, ids=not_started)
-            )
-            self.stats.handed_back += len(done)
-            for job_id in not_started:
-                held.pop(job_id, None)
+            await self._give_back(batch.driver, held, not_started)
         if batch.outcomes:
             await self._write(batch.driver, batch.outcomes, batch.begun, held, batch.claimed_clock)
 
@@ -231,17 +223,23 @@ class Leased:
         operator's cancel interrupted) is written on a fresh connection, fenced; the jobs the
         lane still holds go back to the queue, nothing charged."""
         held = self._held[lane.number]
-        if not isinstance(lost, str):
-            async with self.lanes.engine().connect() as fresh:
-                await self._write(await pg.driver_of(fresh), [lost], [0.0], held, 0.0)
-        if not held:
-            return
-        async with self.lanes.engine().begin() as conn:
-            returned = await conn.execute(
-                sql.JOB_LEASE_HAND_BACK, {"worker": self.owner, "ids": list(held)}
-            )
-            self.stats.handed_back += len(returned.all())
-        held.clear()
+        async with self.lanes.engine().connect() as fresh:
+            driver = await pg.driver_of(fresh)
+            if not isinstance(lost, str):
+                await self._write(driver, [lost], [0.0], held, 0.0)
+            if held:
+                await self._give_back(driver, held, list(held))
+
+    async def _give_back(
+        self, driver: pg.DriverConnection, held: dict[uuid.UUID, int], ids: list[uuid.UUID]
+    ) -> None:
+        """Hand back ``ids`` of a lane's held jobs: due again, nothing charged."""
+        done = await driver.fetch(
+            self._hand_back.sql, *self._hand_back.args(worker=self.owner, ids=ids)
+        )
+        self.stats.handed_back += len(done)
+        for job_id in ids:
+            held.pop(job_id, None)
 
     async def _complete_in_session(
         self, session: AsyncSession, batch: Batch, success: Attempt, began: float
