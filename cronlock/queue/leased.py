@@ -1,11 +1,13 @@
 """The lease commit mode: the claim commits, handlers run with no transaction of cronlock's.
 
-A lane of a ``lease``-mode drainer claims due jobs with one statement that commits on its own
-(``JOB_LEASE_CLAIM``): each job is ``processing``, with the worker's id as ``owner`` (alive
-exactly while it holds its liveness lock, ``liveness.py``) and ``attempt`` counting its claims.
-Then the handlers run while the lane's connection idles outside any transaction: no
-transaction id, no snapshot, no ``idle in transaction`` to hold back vacuum or to be killed by
-``idle_in_transaction_session_timeout``, however long they take.
+``Leased`` is this mode's ``Commit`` strategy around the one lane loop and batch of
+``lanes.py`` (the attempts are ``attempt.py``'s, as in every mode, tracing, timeouts, cancel
+and snooze with them). A lane of a ``lease``-mode drainer claims due jobs with one statement
+that commits on its own (``JOB_LEASE_CLAIM``): each job is ``processing``, with the worker's
+id as ``owner`` (alive exactly while it holds its liveness lock, ``liveness.py``) and
+``attempt`` counting its claims. Then the handlers run while the lane's connection idles
+outside any transaction: no transaction id, no snapshot, no ``idle in transaction`` to hold
+back vacuum or to be killed by ``idle_in_transaction_session_timeout``, however long they take.
 
 The handler's ``session`` (the reference's ``handler(session, payload)``) is *the completion's
 session*. It opens no transaction until the handler first uses it; whatever the handler does
