@@ -452,6 +452,12 @@ class Lanes:
         commit = self.commit
         try:
             claimed = await commit.claim(batch)
+            if not batch.claimed:  # how long the lane may idle (_idle)
+                statement = commit.next_due
+                seconds = await driver.fetchval(
+                    statement.sql, *statement.args(queue=self.queue, now=self.db_now())
+                )
+                lane.next_due = None if seconds is None else float(seconds)
             # Looked up once per batch, not per job.
             stopping, perf_counter, ran = self._stopping.is_set, time.perf_counter, commit.ran
             attempt = self.attempts.run_traced if self.traced else self.attempts.run
@@ -497,10 +503,13 @@ class Commit(Protocol):
     own, or with the handler's writes in its completion session)."""
 
     rolls_back: bool  # whether a cut connection rolls its batch back (else the claims stand)
+    # Seconds until the next job comes due, asked after a claim that found nothing (in its
+    # transaction, in a transactional mode: see sql.JOB_NEXT_DUE).
+    next_due: pg.AsyncpgStatement
 
     async def claim(self, batch: Batch) -> list[Job]:
-        """Claim due jobs for ``batch`` (its ``claimed`` rows, and its lane's ``next_due``
-        when none): the jobs to run, in order; unreadable ones go to its outcomes."""
+        """Claim due jobs for ``batch`` (its ``claimed`` rows): the jobs to run, in order;
+        unreadable ones go to its outcomes."""
 
     async def ran(self, batch: Batch, outcome: Attempt, started: float) -> None:
         """One attempt of the batch ended: keep its outcome for ``complete``, or complete it."""
@@ -526,6 +535,7 @@ class InTransaction:
     then commits, fenced (``lease.Fence``) by the drainer's lock."""
 
     rolls_back = True
+    next_due: pg.AsyncpgStatement
 
     def __init__(self, lanes: Lanes) -> None:
         self.lanes = lanes
@@ -535,7 +545,7 @@ class InTransaction:
         schema = lanes.database.schema
         claim = sql.JOB_CLAIM_TRACED if lanes.traced else sql.JOB_CLAIM
         self._claim = pg.AsyncpgStatement.of(claim, schema)
-        self._next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, schema)
+        self.next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, schema)
 
     async def claim(self, batch: Batch) -> list[Job]:
         lanes, driver = self.lanes, batch.driver
@@ -546,11 +556,6 @@ class InTransaction:
             self._claim.sql, *self._claim.args(queue=lanes.queue, limit=lanes.batch_size, now=now)
         )
         batch.claimed = len(rows)
-        if not rows:  # asked in the claim's transaction: see sql.JOB_NEXT_DUE
-            seconds = await driver.fetchval(
-                self._next_due.sql, *self._next_due.args(queue=lanes.queue, now=now)
-            )
-            batch.lane.next_due = None if seconds is None else float(seconds)
         try:
             if lanes.traced:
                 return [

@@ -77,6 +77,7 @@ class Leased:
     statement per batch or with the handler's writes in its completion session."""
 
     rolls_back = False  # the claims committed; the drainer's end hands the jobs back
+    next_due: pg.AsyncpgStatement
 
     def __init__(self, lanes: Lanes, owner: uuid.UUID) -> None:
         self.lanes = lanes
@@ -90,7 +91,7 @@ class Leased:
         self._keyed_claim = pg.AsyncpgStatement.of(keyed, schema)
         self._keys_lock = pg.AsyncpgStatement.of(sql.JOB_LEASE_KEYS_LOCK, schema)
         self._hand_back = pg.AsyncpgStatement.of(sql.JOB_LEASE_HAND_BACK, schema)
-        self._next_due = pg.AsyncpgStatement.of(sql.JOB_LEASE_NEXT_DUE, schema)
+        self.next_due = pg.AsyncpgStatement.of(sql.JOB_LEASE_NEXT_DUE, schema)
         # Each lane's claimed jobs and their attempts (fencing tokens), until finished.
         self._held: dict[int, dict[uuid.UUID, int]] = {lane.number: {} for lane in lanes.lanes}
 
@@ -117,11 +118,6 @@ class Leased:
         if len(rows) < lanes.batch_size:  # room left: jobs with a concurrency key, if any
             rows += await self._claim_keyed(driver, lanes.batch_size - len(rows), now)
         batch.claimed = len(rows)
-        if not rows:  # how long the lane may idle (Lanes._idle)
-            seconds = await driver.fetchval(
-                self._next_due.sql, *self._next_due.args(queue=lanes.queue, now=now)
-            )
-            batch.lane.next_due = None if seconds is None else float(seconds)
         claimed = batch.jobs
         try:
             if lanes.traced:

@@ -35,7 +35,9 @@ def test_no_commit_mode_subclasses_the_lanes() -> None:
 
 def test_every_commit_mode_has_the_whole_strategy() -> None:
     members = {name for name in vars(Commit) if not name.startswith("_")}
-    members |= set(Commit.__annotations__)  # rolls_back
-    assert members == {"claim", "ran", "complete", "abandon", "cut", "recover", "rolls_back"}
+    members |= set(Commit.__annotations__)  # rolls_back, next_due
+    assert members == {
+        *("claim", "ran", "complete", "abandon", "cut", "recover", "rolls_back", "next_due")
+    }
     for mode in (InTransaction, Leased):
-        assert members <= set(dir(mode)), mode
+        assert members <= {*dir(mode), *mode.__annotations__}, mode
