@@ -395,7 +395,7 @@ class Lanes:
                     # the lane carries on with a new one.
                     await conn.invalidate()
                     (failure,) = lost.args
-                    await self.commit.recover(lane, failure)
+                    await self.commit.lost(lane, failure)
                 except LockLost:
                     # Fenced: the drainer lost its lock, a standby may be active by now. The
                     # batch rolled back, its jobs run there; this drainer stops.
@@ -423,7 +423,7 @@ class Lanes:
                     )
                     with contextlib.suppress(Exception):
                         await conn.invalidate()
-                    await self.commit.recover(lane, error_line(exc))
+                    await self.commit.cut_off(lane, error_line(exc))
             if self.stopping:
                 return
 
@@ -524,9 +524,12 @@ class Commit(Protocol):
     def cut(self, exc: Exception) -> bool:
         """Whether a lane's error is its connection's loss: an infrastructure fault."""
 
-    async def recover(self, lane: Lane, lost: Failure | Cancelled | str) -> None:
-        """After the lane threw its connection away: ``lost`` is the failed attempt whose
-        transaction went with it (``LostLease``), or why the connection was cut."""
+    async def lost(self, lane: Lane, failure: Failure | Cancelled) -> None:
+        """The lane threw its connection away under an attempt (``LostLease``): record the
+        attempt's ``failure`` on a fresh one."""
+
+    async def cut_off(self, lane: Lane, why: str) -> None:
+        """The lane's connection was cut (``cut``), and thrown away: give back what it held."""
 
 
 class InTransaction:
@@ -618,28 +621,32 @@ class InTransaction:
         here (``ConnectionLost``)."""
         return isinstance(exc, ConnectionLost) or pg.connection_lost(exc)
 
-    async def recover(self, lane: Lane, lost: Failure | Cancelled | str) -> None:
-        """The server rolled the batch back. A failed attempt is recorded on a connection of
-        its own; a cut connection is counted against the job it was running: at MAX_LOST_RUNS
-        in a row the job is charged a failed attempt (DESIGN.md invariant 9: bounded)."""
-        if isinstance(lost, str):
-            job, lane.last_job = lane.last_job, None
-            if job is None:
-                return
-            runs = self._lost_runs[job.id] = self._lost_runs.get(job.id, 0) + 1
-            if runs < MAX_LOST_RUNS:
-                return
-            del self._lost_runs[job.id]
-            attempts = self.lanes.attempts
-            lost = attempts.failed(
-                job,
-                f"its connection was lost {runs} times in a row while it ran (last: {lost})",
-                time.time_ns() // 1000,
-                attempts.handlers.get(job.job_type),
-            )
+    async def lost(self, lane: Lane, failure: Failure | Cancelled) -> None:
+        """The server rolled the batch back: the failed attempt is recorded on a connection
+        of its own (``Completion.record_lost``)."""
         lanes = self.lanes
-        if await self.completion.record_lost(lanes.engine(), lost, lanes.db_now()):
-            count(self.stats, [lost], queue=lanes.queue)
+        if await self.completion.record_lost(lanes.engine(), failure, lanes.db_now()):
+            count(self.stats, [failure], queue=lanes.queue)
+
+    async def cut_off(self, lane: Lane, why: str) -> None:
+        """The server rolled the batch back, its jobs are due again. The cut is counted
+        against the job the lane was running: at MAX_LOST_RUNS in a row the job is charged a
+        failed attempt (DESIGN.md invariant 9: bounded, never forever)."""
+        job, lane.last_job = lane.last_job, None
+        if job is None:
+            return
+        runs = self._lost_runs[job.id] = self._lost_runs.get(job.id, 0) + 1
+        if runs < MAX_LOST_RUNS:
+            return
+        del self._lost_runs[job.id]
+        attempts = self.lanes.attempts
+        failure = attempts.failed(
+            job,
+            f"its connection was lost {runs} times in a row while it ran (last: {why})",
+            time.time_ns() // 1000,
+            attempts.handlers.get(job.job_type),
+        )
+        await self.lost(lane, failure)
 
     async def _refused(self, batch: Batch, refusal: BaseException) -> None:
         """The database refused the batch's outcomes (a constraint, a trigger's error): the

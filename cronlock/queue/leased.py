@@ -211,22 +211,26 @@ class Leased:
             await self._write(batch.driver, batch.outcomes, batch.begun, held, batch.claimed_clock)
 
     async def abandon(self, batch: Batch, exc: BaseException) -> None:
-        """Nothing to roll back: the jobs still held go back once the lane recovers."""
+        """Nothing to roll back: the jobs still held go back after the lane's loss."""
 
     def cut(self, exc: Exception) -> bool:
         return isinstance(exc, (*_CONNECTION_LOST, _HandBack, ConnectionLost))
 
-    async def recover(self, lane: Lane, lost: Failure | Cancelled | str) -> None:
+    async def lost(self, lane: Lane, failure: Failure | Cancelled) -> None:
         """A failed attempt whose connection went under it (a statement its timeout or an
-        operator's cancel interrupted) is written on a fresh connection, fenced; the jobs the
-        lane still holds go back to the queue, nothing charged."""
+        operator's cancel interrupted) is written on a fresh connection, fenced; the batch's
+        others go back (``cut_off``)."""
         held = self._held[lane.number]
         async with self.lanes.engine().connect() as fresh:
-            driver = await pg.driver_of(fresh)
-            if not isinstance(lost, str):
-                await self._write(driver, [lost], [0.0], held, 0.0)
-            if held:
-                await self._give_back(driver, held, list(held))
+            await self._write(await pg.driver_of(fresh), [failure], [0.0], held, 0.0)
+        await self.cut_off(lane, "")
+
+    async def cut_off(self, lane: Lane, why: str) -> None:
+        """The jobs the lane still holds go back to the queue, nothing charged."""
+        held = self._held[lane.number]
+        if held:
+            async with self.lanes.engine().connect() as fresh:
+                await self._give_back(await pg.driver_of(fresh), held, list(held))
 
     async def _give_back(
         self, driver: pg.DriverConnection, held: dict[uuid.UUID, int], ids: list[uuid.UUID]
