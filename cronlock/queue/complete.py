@@ -56,7 +56,6 @@ __all__ = [
     "cancelled",
     "count",
     "datetime_of",
-    "finish_columns",
     "given_up",
     "micros_now",
     "micros_of",
@@ -189,9 +188,6 @@ def outcome_of_failure(
     return Failure(job, JobStatus.FAILED, job.retry_count, started, now, error, entry)
 
 
-REFUSED = "its outcome could not be written"
-
-
 def refused(outcome: Attempt, exc: BaseException) -> Failure:
     """The rule for an outcome the database refused to write (a constraint such as another
     job's dedup key, a trigger's error, a row it cannot take): its job fails for good with the
@@ -199,7 +195,8 @@ def refused(outcome: Attempt, exc: BaseException) -> Failure:
     raises out of the lane or the sweep. ``exc`` is the refusal."""
     started = None if isinstance(outcome, Success) else outcome.worker_started_at
     kind = "snoozed" if isinstance(outcome, Snoozed) else _finish_row(outcome)[1]
-    return given_up(outcome.job, f"{REFUSED} ({kind}): {error_line(exc)}", started)
+    error = f"its outcome could not be written ({kind}): {error_line(exc)}"
+    return given_up(outcome.job, error, started)
 
 
 def given_up(job: Job, error: str, started: datetime | None = None) -> Failure:
@@ -257,7 +254,7 @@ class Completion:
                 return
         successes = [o for o in outcomes if isinstance(o, Success)]
         if len(successes) < len(outcomes):
-            columns = finish_columns(outcomes)
+            columns = _finish_columns(outcomes)
             await driver.execute(self._finish.sql, *self._finish.args(now=now, **columns))
         else:
             columns = {
@@ -290,7 +287,7 @@ class Completion:
             )
         else:
             statement = self._leased_finish
-            args = statement.args(worker=owner, now=now, **finish_columns(outcomes, attempts))
+            args = statement.args(worker=owner, now=now, **_finish_columns(outcomes, attempts))
         return {row[0] for row in await driver.fetch(statement.sql, *args)}
 
     async def record_lost(
@@ -301,7 +298,7 @@ class Completion:
         logged, when that fails too. Its started_at is still its claim's (``Job.claimed_at``)."""
         try:
             async with engine.begin() as conn:
-                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **finish_columns([failure])})
+                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **_finish_columns([failure])})
         except (OSError, DBAPIError, InterfaceError) as exc:
             logger.error(
                 "could not record the failure of job %s: %s",
@@ -343,7 +340,7 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
     return (job.id, status, retries, delay, error, entry, result, job.claimed_at)
 
 
-def finish_columns(
+def _finish_columns(
     outcomes: list[Attempt], attempts: Mapping[uuid.UUID, int] | None = None
 ) -> dict[str, list[Any]]:
     """Outcomes as the column arrays JOB_FINISH_MANY unnests; with ``attempts`` (the lease
