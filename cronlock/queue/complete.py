@@ -56,7 +56,6 @@ __all__ = [
     "cancelled",
     "count",
     "datetime_of",
-    "finish_columns",
     "given_up",
     "micros_now",
     "micros_of",
@@ -189,9 +188,6 @@ def outcome_of_failure(
     return Failure(job, JobStatus.FAILED, job.retry_count, started, now, error, entry)
 
 
-REFUSED = "its outcome could not be written"
-
-
 def refused(outcome: Attempt, exc: BaseException) -> Failure:
     """The rule for an outcome the database refused to write (a constraint such as another
     job's dedup key, a trigger's error, a row it cannot take): its job fails for good with the
@@ -199,7 +195,8 @@ def refused(outcome: Attempt, exc: BaseException) -> Failure:
     raises out of the lane or the sweep. ``exc`` is the refusal."""
     started = None if isinstance(outcome, Success) else outcome.worker_started_at
     kind = "snoozed" if isinstance(outcome, Snoozed) else _finish_row(outcome)[1]
-    return given_up(outcome.job, f"{REFUSED} ({kind}): {error_line(exc)}", started)
+    error = f"its outcome could not be written ({kind}): {error_line(exc)}"
+    return given_up(outcome.job, error, started)
 
 
 def given_up(job: Job, error: str, started: datetime | None = None) -> Failure:
@@ -233,13 +230,16 @@ def datetime_of(micros: int) -> datetime:
 
 
 class Completion:
-    """The outcome statements of one schema, compiled once for the lanes' driver."""
+    """The outcome statements of one schema, compiled once for the lanes' driver: a
+    transactional mode's (``write``) and the lease mode's, fenced (``write_fenced``)."""
 
     def __init__(self, schema: str, queue: str) -> None:
         self.queue = queue  # for the logs
         self._one = AsyncpgStatement.of(sql.JOB_COMPLETE_ONE, schema)
         self._many = AsyncpgStatement.of(sql.JOB_COMPLETE_MANY, schema)
         self._finish = AsyncpgStatement.of(sql.JOB_FINISH_MANY, schema)
+        self._leased_many = AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
+        self._leased_finish = AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
 
     async def write(
         self, driver: DriverConnection, outcomes: list[Attempt], now: datetime | None = None
@@ -254,7 +254,7 @@ class Completion:
                 return
         successes = [o for o in outcomes if isinstance(o, Success)]
         if len(successes) < len(outcomes):
-            columns = finish_columns(outcomes)
+            columns = _finish_columns(outcomes)
             await driver.execute(self._finish.sql, *self._finish.args(now=now, **columns))
         else:
             results = [s.result for s in successes]
@@ -265,6 +265,33 @@ class Completion:
             }
             await driver.execute(self._many.sql, *self._many.args(now=now, **columns))
 
+    async def write_fenced(
+        self,
+        driver: DriverConnection,
+        outcomes: list[Attempt],
+        attempts: Mapping[uuid.UUID, int],
+        owner: uuid.UUID,
+        now: datetime | None = None,
+    ) -> set[uuid.UUID]:
+        """The lease mode's: write outcomes of ``owner``'s running jobs in one statement, each
+        fenced by its attempt (``attempts``, by job); the ids written (the others' jobs were
+        handed on since)."""
+        if all(isinstance(o, Success) for o in outcomes):
+            statement = self._leased_many
+            results = [o.result for o in outcomes if isinstance(o, Success)]
+            args = statement.args(
+                ids=[o.job.id for o in outcomes],
+                attempts=[attempts[o.job.id] for o in outcomes],
+                # NULL: every result is, and the statement need not look them up.
+                results=results if any(r is not None for r in results) else None,
+                worker=owner,
+                now=now,
+            )
+        else:
+            statement = self._leased_finish
+            args = statement.args(worker=owner, now=now, **_finish_columns(outcomes, attempts))
+        return {row[0] for row in await driver.fetch(statement.sql, *args)}
+
     async def record_lost(
         self, engine: AsyncEngine, failure: Failure | Cancelled, now: datetime | None = None
     ) -> bool:
@@ -273,7 +300,7 @@ class Completion:
         logged, when that fails too. Its started_at is still its claim's (``Job.claimed_at``)."""
         try:
             async with engine.begin() as conn:
-                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **finish_columns([failure])})
+                await conn.execute(sql.JOB_FINISH_MANY, {"now": now, **_finish_columns([failure])})
         except (OSError, DBAPIError, InterfaceError) as exc:
             logger.error(
                 "could not record the failure of job %s: %s",
@@ -302,52 +329,20 @@ def _finish_row(outcome: Attempt) -> tuple[Any, ...]:
     run_at and errors: JOB_FINISH_MANY leaves NULLs as they are). The started_at sent is the
     claim's, on the database's clock; the statement writes completed_at itself."""
     job = outcome.job
+    retries, delay, error, entry, result = job.retry_count, None, None, None, None
     if isinstance(outcome, Success):
-        return (
-            job.id,
-            JobStatus.COMPLETED.value,
-            job.retry_count,
-            None,
-            None,
-            None,
-            outcome.result,
-            job.claimed_at,
-        )
-    if isinstance(outcome, Cancelled):
-        return (
-            outcome.job.id,
-            JobStatus.CANCELLED.value,
-            outcome.job.retry_count,
-            None,
-            outcome.error,
-            outcome.error_entry,
-            None,
-            job.claimed_at,
-        )
-    if isinstance(outcome, Snoozed):
-        return (
-            outcome.job.id,
-            outcome.status.value,
-            outcome.job.retry_count,
-            outcome.delay,
-            None,
-            outcome.error_entry,
-            None,
-            job.claimed_at,
-        )
-    return (
-        outcome.job.id,
-        outcome.status.value,
-        outcome.retry_count,
-        outcome.delay,
-        outcome.error,
-        outcome.error_entry,
-        None,
-        job.claimed_at,
-    )
+        status, result = JobStatus.COMPLETED.value, outcome.result
+    elif isinstance(outcome, Cancelled):
+        status, error, entry = JobStatus.CANCELLED.value, outcome.error, outcome.error_entry
+    elif isinstance(outcome, Snoozed):
+        status, delay, entry = outcome.status.value, outcome.delay, outcome.error_entry
+    else:
+        status, retries, delay = outcome.status.value, outcome.retry_count, outcome.delay
+        error, entry = outcome.error, outcome.error_entry
+    return (job.id, status, retries, delay, error, entry, result, job.claimed_at)
 
 
-def finish_columns(
+def _finish_columns(
     outcomes: list[Attempt], attempts: Mapping[uuid.UUID, int] | None = None
 ) -> dict[str, list[Any]]:
     """Outcomes as the column arrays JOB_FINISH_MANY unnests; with ``attempts`` (the lease

@@ -10,7 +10,9 @@ in its own module, in the order a job meets them.
    that connection: a drainer that lost it stops claiming, and PostgreSQL fences whatever it
    still had in flight. Shared (``shared.py``): the same lock in shared mode, any number of
    drainers active at once; exclusive and shared drainers refuse to meet on one queue.
-2. The lanes (``lanes.py``). The transaction is the lease: each lane claims due jobs with
+2. The lanes (``lanes.py``): one loop and one batch in every mode, the commit mode a strategy
+   around them (``Commit``). In ``strict`` and ``batch`` (``InTransaction``) the
+   transaction is the lease: each lane claims due jobs with
    ``FOR UPDATE SKIP LOCKED``, runs them and writes their outcomes in one transaction, so no
    ``processing`` state is committed and a dead worker's jobs are due again at once, none of
    their writes applied. ``strict`` commits each job, ``batch`` up to ``batch_size`` at once.

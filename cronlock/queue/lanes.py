@@ -1,25 +1,31 @@
-"""The lanes: each claims due jobs, runs them and writes their outcomes in one transaction.
+"""The lanes: each claims due jobs, runs them and completes them, in every commit mode.
 
-The transaction is the lease. A *lane* (one pooled connection; ``concurrency`` lanes) claims
-due jobs with ``SELECT … FOR UPDATE SKIP LOCKED`` and runs their handlers (``attempt.py``),
-then writes their outcomes (``complete.py``), in that same transaction. No ``processing``
-state is committed, so there is nothing to recover: if the worker dies the transaction aborts,
-the row locks go and the jobs are due again at once, with none of their writes applied
-(DESIGN.md invariant 4). A worker whose connection was cut while it was paused cannot commit:
-it is fenced by PostgreSQL itself.
+A *lane* (one pooled connection; ``concurrency`` lanes) loops: claim a batch of due jobs, run
+their handlers one after another (``attempt.py``, outcomes as values), complete their
+outcomes (``complete.py``). The loop and the batch are written once, here; the commit mode is
+a strategy around them (``Commit``, as River's producer -> JobExecutor -> JobCompleter): how
+the batch is claimed and how its outcomes are completed.
 
-Commit modes. ``strict`` (the default, the reference's semantics): one job per transaction.
-``batch``: up to ``batch_size`` jobs per transaction, one outcome UPDATE and one commit per
-batch; faster, but a crash or a lost connection rolls back the whole batch (those jobs run
-again; their database writes were never applied, their external side effects may repeat).
+``InTransaction`` (``strict``, ``batch``): the transaction is the lease. The claim is ``SELECT
+… FOR UPDATE SKIP LOCKED`` in the transaction that runs the handlers and writes their
+outcomes. No ``processing`` state is committed, so there is nothing to recover: if the worker
+dies the transaction aborts, the row locks go and the jobs are due again at once, with none of
+their writes applied (DESIGN.md invariant 4). A worker whose connection was cut while it was
+paused cannot commit: it is fenced by PostgreSQL itself. ``strict`` (the default, the
+reference's semantics): one job per transaction. ``batch``: up to ``batch_size`` jobs per
+transaction, one outcome UPDATE and one commit per batch; faster, but a crash or a lost
+connection rolls back the whole batch (those jobs run again; their database writes were never
+applied, their external side effects may repeat). ``lease`` (``leased.py``): the claim
+commits with an owner and an attempt, and the outcomes are written fenced by them.
 
 The hot path runs on the lane's bare asyncpg connection with statements compiled once (no ORM
 on it, one claim and one outcome statement per batch). A lane with nothing due sleeps until a
 notification for its queue wakes it (LISTEN on the schema's channel, which the jobs table's
 trigger notifies at commit; polling behind PgBouncer), until the next job is due, or for the
-poll interval. On ``stop()`` lanes finish the job in flight and leave the claimed jobs not yet
-started out of the commit (handed back); ``abort()`` cuts their connections, so the server
-rolls their transactions back.
+poll interval. On ``stop()`` lanes finish the job in flight and hand back the claimed jobs not
+yet started (left out of the commit, or returned); ``abort()`` cuts their connections, so the
+server rolls their transactions back. A lane whose connection is cut gets a new one and goes
+on; an outcome the database refuses fails its job alone (``fail_refused``), never the lane.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -43,12 +49,12 @@ from ..observe.stats import DrainStats
 from ..outcome import error_line
 from ..sql.tables import cancel_channel, jobs_channel
 from .attempt import Attempts, ConnectionLost, LostLease
-from .complete import Attempt, Completion, Failure, count, given_up, refused
+from .complete import Attempt, Cancelled, Completion, Failure, count, given_up, refused
 from .jobs import Job
 from .lease import Fence, LockLost
 from .options import DrainOptions
 
-__all__ = ["Lane", "Lanes"]
+__all__ = ["Batch", "Commit", "InTransaction", "Lane", "Lanes", "fail_refused"]
 
 logger = logging.getLogger("cronlock.drainer")
 T = TypeVar("T")
@@ -74,8 +80,6 @@ class Lane:
     next_due: float | None = None
     # The session a lease-mode handler used, for the completion to commit (attempt.py).
     used: AsyncSession | None = None
-    # The worker's monotonic clock just before this lane's last claim (the lease mode's).
-    claimed_clock: float = 0.0
 
 
 # A claimed payload is jsonb's text output: one JSON value, no whitespace around it, which
@@ -83,26 +87,27 @@ class Lane:
 _decode = json.JSONDecoder().raw_decode
 
 
-def read_jobs(rows: Sequence[Sequence[Any]]) -> tuple[list[Job], list[Failure]]:
+def read_jobs(batch: Batch, rows: Sequence[Sequence[Any]]) -> list[Job]:
     """Claimed rows as jobs, when a payload among them cannot be read here (JSON nested deeper
     than Python's recursion limit, which plain SQL can store): that job fails for good instead
-    of its lane (``complete.given_up``). Only then: the claim's own loop is the fast path."""
+    of its lane (``complete.given_up``, an outcome of ``batch``). Only then: the claim's own
+    loop is the fast path."""
     jobs: list[Job] = []
-    unreadable: list[Failure] = []
     for id, kind, payload, retries, most, created, at, *rest in rows:  # rest: timeout, trace
         try:
             jobs.append(Job(id, kind, _decode(payload)[0], retries, most, created, at, *rest))
         except (RecursionError, ValueError) as exc:
             job = Job(id, kind, None, retries, most, created, at)
             error = f"its payload could not be read: {error_line(exc)}"
-            unreadable.append(given_up(job, error))
+            batch.outcomes.append(given_up(job, error))
+            batch.begun.append(time.perf_counter())
             logger.error(
                 "job %s: %s: failed",
                 id,
                 error,
                 extra={"action": "job_unreadable", "job_id": str(id)},
             )
-    return jobs, unreadable
+    return jobs
 
 
 async def refused_alone(
@@ -125,8 +130,40 @@ async def refused_alone(
     return refusals
 
 
+async def fail_refused(
+    outcome: Attempt,
+    why: BaseException,
+    write: Callable[[Failure], Awaitable[T]],
+    *,
+    queue: str,
+) -> tuple[Failure, T] | None:
+    """An outcome the database refused alone: its job fails (``complete.refused``) by
+    ``write``, logged; the failure and what ``write`` returned. One that cannot even be
+    failed is left to an operator, logged (None)."""
+    failure = refused(outcome, why)
+    logger.error(
+        "job %s: its outcome could not be written (%s): failed",
+        outcome.job.id,
+        error_line(why),
+        extra={"action": "job_outcome_refused", "queue": queue},
+    )
+    try:
+        return failure, await write(failure)
+    except pg.ServerError as again:
+        if pg.connection_lost(again):
+            raise
+        logger.error(
+            "job %s: not even its failure could be written (%s): left for an operator",
+            outcome.job.id,
+            error_line(again),
+            extra={"action": "job_outcome_refused", "queue": queue},
+        )
+        return None
+
+
 class Lanes:
-    """The lanes of one active drainer: their own pool, their loops and their wake-ups."""
+    """The lanes of one active drainer: their own pool, their loops and their wake-ups, in
+    every commit mode (``commit``, made for these lanes: ``InTransaction`` by default)."""
 
     def __init__(
         self,
@@ -140,6 +177,7 @@ class Lanes:
         *,
         deadline: float | None,
         fence: Fence | None = None,
+        commit: Callable[[Lanes], Commit] | None = None,
     ) -> None:
         self.database = database
         self.attempts = attempts
@@ -160,14 +198,11 @@ class Lanes:
         self._listener: pg.DriverConnection | None = None
         self._relisten: asyncio.Task[None] | None = None  # reopening a cut LISTEN connection
         self._closing = False
-        self._lost_runs: dict[object, int] = {}  # job id -> connections lost running it
         self.lost_connection = False  # a lane failed because its database went away
         self.fenced = False  # a lane's commit found the drainer's lock gone
         # A traced drainer claims each job's trace context too; the others, what they always did.
-        self._traced = attempts.tracing is not None
-        claim = sql.JOB_CLAIM_TRACED if self._traced else sql.JOB_CLAIM
-        self._claim = pg.AsyncpgStatement.of(claim, database.schema)
-        self._next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, database.schema)
+        self.traced = attempts.tracing is not None
+        self.commit: Commit = (commit or InTransaction)(self)
 
     @property
     def stopping(self) -> bool:
@@ -185,16 +220,14 @@ class Lanes:
         """Cut the lanes' connections (the server rolls their transactions back) and stop."""
         self._aborted = True
         for lane in self.lanes:
-            self._count_aborted(lane.in_flight)
+            if self.commit.rolls_back:  # their transactions end with their connections
+                self.stats.rolled_back += lane.in_flight
             if lane.driver is not None:
                 lane.driver.terminate()
         for task in self._tasks:
             task.cancel()
 
-    def _count_aborted(self, in_flight: int) -> None:
-        self.stats.rolled_back += in_flight  # their transactions end with their connections
-
-    def _engine(self) -> AsyncEngine:
+    def engine(self) -> AsyncEngine:
         # The lanes' own pool, configured like the app's (keepalives on direct connections,
         # unnamed statements behind PgBouncer), one connection per lane and one spare.
         if self._pool is None:
@@ -303,7 +336,7 @@ class Lanes:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(lane.wake.wait(), timeout)
 
-    def _db_now(self) -> datetime | None:
+    def db_now(self) -> datetime | None:
         # None: the claim uses the database's clock, which every host shares.
         return self.clock() if self.clock is not None else None
 
@@ -349,7 +382,7 @@ class Lanes:
 
     async def _lane_loop(self, lane: Lane, *, until_empty: bool) -> None:
         while True:
-            async with self._engine().connect() as conn:
+            async with self.engine().connect() as conn:
                 driver = await pg.driver_of(conn)
                 lane.driver = driver
                 lane.session = None  # a session is bound to one connection
@@ -357,12 +390,12 @@ class Lanes:
                     await self._batches(conn, driver, lane, until_empty=until_empty)
                     return
                 except LostLease as lost:
-                    # The connection is in no state to go on: record the failed attempt on a
-                    # fresh one, throw this one away, and carry on with a new one.
+                    # The connection is in no state to go on: the failed attempt is recorded
+                    # on a fresh one (as the commit mode says), this one is thrown away, and
+                    # the lane carries on with a new one.
                     await conn.invalidate()
                     (failure,) = lost.args
-                    if await self.completion.record_lost(self._engine(), failure, self._db_now()):
-                        count(self.stats, [failure], queue=self.queue)
+                    await self.commit.lost(lane, failure)
                 except LockLost:
                     # Fenced: the drainer lost its lock, a standby may be active by now. The
                     # batch rolled back, its jobs run there; this drainer stops.
@@ -375,49 +408,24 @@ class Lanes:
                     self._stop()
                     return
                 except Exception as exc:
-                    if not self._lost(exc, driver):
+                    if self._aborted or not self.commit.cut(exc):
                         raise
-                    # Cut under us (pg_terminate_backend, a pooler, a restart): the server
-                    # rolled the batch back, its jobs are due again, no attempt is consumed.
-                    # A new connection goes on; if none can be had, the lane fails and the
-                    # drainer rides the outage out (service.py).
+                    # Cut under us (pg_terminate_backend, a pooler, a restart): what the lane
+                    # held goes back to the queue (the commit mode says how), no attempt is
+                    # consumed. A new connection goes on; if none can be had, the lane fails
+                    # and the drainer rides the outage out (service.py).
                     logger.warning(
-                        "lane %d lost its connection (%s): its jobs in flight rolled back and "
-                        "run again",
+                        "lane %d lost its connection (%s): its jobs in flight go back to the "
+                        "queue and run again",
                         lane.number,
                         error_line(exc),
                         extra={"action": "lane_connection_lost", "queue": self.queue},
                     )
                     with contextlib.suppress(Exception):
                         await conn.invalidate()
-                    await self._count_lost_run(lane, error_line(exc))
+                    await self.commit.cut_off(lane, error_line(exc))
             if self.stopping:
                 return
-
-    async def _count_lost_run(self, lane: Lane, error: str) -> None:
-        """Count a lost connection against the job it was running; at MAX_LOST_RUNS in a row
-        the job is charged a failed attempt (DESIGN.md invariant 9: bounded, never forever)."""
-        job, lane.last_job = lane.last_job, None
-        if job is None:
-            return
-        runs = self._lost_runs[job.id] = self._lost_runs.get(job.id, 0) + 1
-        if runs < MAX_LOST_RUNS:
-            return
-        del self._lost_runs[job.id]
-        failure = self.attempts.failed(
-            job,
-            f"its connection was lost {runs} times in a row while it ran (last: {error})",
-            time.time_ns() // 1000,
-            self.attempts.handlers.get(job.job_type),
-        )
-        if await self.completion.record_lost(self._engine(), failure, self._db_now()):
-            count(self.stats, [failure], queue=self.queue)
-
-    @staticmethod
-    def _lost(exc: BaseException, driver: pg.DriverConnection) -> bool:
-        """Whether a lane's error is its connection's loss: an infrastructure fault. Only
-        cronlock's own statements and an attempt that saw its transaction go get here."""
-        return isinstance(exc, ConnectionLost) or pg.connection_lost(exc)
 
     async def _batches(
         self, conn: AsyncConnection, driver: pg.DriverConnection, lane: Lane, *, until_empty: bool
@@ -434,127 +442,233 @@ class Lanes:
             await self._idle(lane)
 
     async def _batch(self, conn: AsyncConnection, driver: pg.DriverConnection, lane: Lane) -> int:
-        """Claim, run and finish one batch in one transaction; the number of jobs claimed.
+        """Claim, run and complete one batch, as the commit mode says; the jobs claimed.
 
-        A handler's session sits on the same connection as the claim: SQLAlchemy's transaction
-        there is nested in ours, which asyncpg turns into a SAVEPOINT (attempt.py).
+        A handler's session sits on the same connection as the claim (in a transactional mode,
+        SQLAlchemy's transaction there is nested in ours, which asyncpg turns into a SAVEPOINT:
+        attempt.py). On a stop, the jobs claimed and not yet started are handed back.
         """
-        outcomes: list[Attempt] = []
-        # When each job started on this worker's monotonic clock: its handler's run time (a
-        # duration, so no clock skew is in it), and with the claim's database time the job's
-        # created -> committed latency (complete.count).
-        begun: list[float] = []
-        claimed_clock = time.perf_counter()  # the claim's now() is its transaction's start
-        transaction = driver.transaction()
-        await transaction.start()
+        batch = Batch(lane, driver, time.perf_counter())  # just before the claim
+        commit = self.commit
         try:
-            rows = await driver.fetch(
-                self._claim.sql,
-                *self._claim.args(queue=self.queue, limit=self.batch_size, now=self._db_now()),
-            )
-            if not rows:  # asked in the claim's transaction: see sql.JOB_NEXT_DUE
+            claimed = await commit.claim(batch)
+            if not batch.claimed:  # how long the lane may idle (_idle)
+                statement = commit.next_due
                 seconds = await driver.fetchval(
-                    self._next_due.sql, *self._next_due.args(queue=self.queue, now=self._db_now())
+                    statement.sql, *statement.args(queue=self.queue, now=self.db_now())
                 )
                 lane.next_due = None if seconds is None else float(seconds)
-            try:
-                if self._traced:
-                    claimed = [
-                        Job(id, kind, _decode(payload)[0], retries, most, created, at, limit, trace)
-                        for id, kind, payload, retries, most, created, at, limit, trace in rows
-                    ]
-                else:
-                    claimed = [
-                        Job(id, kind, _decode(payload)[0], retries, most, created, at, limit)
-                        for id, kind, payload, retries, most, created, at, limit in rows
-                    ]
-            except (RecursionError, ValueError):
-                claimed, unreadable = read_jobs(rows)
-                outcomes += unreadable
-                begun += [time.perf_counter()] * len(unreadable)
             # Looked up once per batch, not per job.
-            stopping, perf_counter = self._stopping.is_set, time.perf_counter
-            attempt = self.attempts.run_traced if self._traced else self.attempts.run
+            stopping, perf_counter, ran = self._stopping.is_set, time.perf_counter, commit.ran
+            attempt = self.attempts.run_traced if self.traced else self.attempts.run
             for job in claimed:
                 if stopping():
                     break
                 lane.in_flight = 1
                 lane.last_job = job
-                begun.append(perf_counter())
+                # When the job started on this worker's monotonic clock: its handler's run
+                # time (a duration, so no clock skew is in it), and with the claim's database
+                # time the job's created -> committed latency (complete.count).
+                started = perf_counter()
                 outcome = await attempt(conn, lane, job)
                 lane.in_flight = 0
-                outcomes.append(outcome)
-            if outcomes:
-                try:
-                    await self.completion.write(driver, outcomes, self._db_now())
-                except pg.ServerError as refusal:
-                    if pg.connection_lost(refusal):
-                        raise
-                    await transaction.rollback()
-                    await self._refused(driver, lane, outcomes, refusal)
-                    return len(rows)
-                if self.fence is not None and not await self.fence.holds(driver):
-                    raise LockLost
+                await ran(batch, outcome, started)
+            await commit.complete(batch)
         except BaseException as exc:
-            if isinstance(exc, LostLease):
-                self.stats.rolled_back += len(outcomes)
-            elif isinstance(exc, LockLost) or (
-                isinstance(exc, Exception) and self._lost(exc, driver)
-            ):
-                self.stats.rolled_back += len(outcomes) + lane.in_flight
+            await commit.abandon(batch, exc)
             lane.in_flight = 0
-            if not driver.is_closed():
-                with contextlib.suppress(Exception):
-                    await transaction.rollback()
             raise
+        return batch.claimed
+
+
+@dataclass(slots=True)
+class Batch:
+    """One claim of one lane, from the claim to the completion."""
+
+    lane: Lane
+    driver: pg.DriverConnection
+    claimed_clock: float  # the worker's monotonic clock just before the claim (complete.count)
+    claimed: int = 0  # the rows the claim returned
+    jobs: list[Job] = field(default_factory=list)
+    # The outcomes to complete together, and when each job started (perf_counter).
+    outcomes: list[Attempt] = field(default_factory=list)
+    begun: list[float] = field(default_factory=list)
+    transaction: pg.DriverTransaction | None = None  # a transactional mode's, until its commit
+
+
+class Commit(Protocol):
+    """A commit mode, around the one lane loop and batch of ``Lanes``: how a batch is claimed
+    (in the transaction that runs it, or committed with an owner and an attempt) and how its
+    outcomes are completed (in the claim's transaction, or fenced in a statement of their
+    own, or with the handler's writes in its completion session)."""
+
+    rolls_back: bool  # whether a cut connection rolls its batch back (else the claims stand)
+    # Seconds until the next job comes due, asked after a claim that found nothing (in its
+    # transaction, in a transactional mode: see sql.JOB_NEXT_DUE).
+    next_due: pg.AsyncpgStatement
+
+    async def claim(self, batch: Batch) -> list[Job]:
+        """Claim due jobs for ``batch`` (its ``claimed`` rows): the jobs to run, in order;
+        unreadable ones go to its outcomes."""
+
+    async def ran(self, batch: Batch, outcome: Attempt, started: float) -> None:
+        """One attempt of the batch ended: keep its outcome for ``complete``, or complete it."""
+
+    async def complete(self, batch: Batch) -> None:
+        """The batch's attempts ran (or the lane stops): complete their outcomes and give
+        back what was claimed and not started."""
+
+    async def abandon(self, batch: Batch, exc: BaseException) -> None:
+        """The batch ends with ``exc``, raised on to the lane loop."""
+
+    def cut(self, exc: Exception) -> bool:
+        """Whether a lane's error is its connection's loss: an infrastructure fault."""
+
+    async def lost(self, lane: Lane, failure: Failure | Cancelled) -> None:
+        """The lane threw its connection away under an attempt (``LostLease``): record the
+        attempt's ``failure`` on a fresh one."""
+
+    async def cut_off(self, lane: Lane, why: str) -> None:
+        """The lane's connection was cut (``cut``), and thrown away: give back what it held."""
+
+
+class InTransaction:
+    """The ``strict`` and ``batch`` commit modes: the claim's transaction is the lease; it runs
+    the batch's handlers and writes their outcomes with one statement (``Completion.write``),
+    then commits, fenced (``lease.Fence``) by the drainer's lock."""
+
+    rolls_back = True
+    next_due: pg.AsyncpgStatement
+
+    def __init__(self, lanes: Lanes) -> None:
+        self.lanes = lanes
+        self.stats = lanes.stats
+        self.completion = lanes.completion
+        self._lost_runs: dict[object, int] = {}  # job id -> connections lost running it
+        schema = lanes.database.schema
+        claim = sql.JOB_CLAIM_TRACED if lanes.traced else sql.JOB_CLAIM
+        self._claim = pg.AsyncpgStatement.of(claim, schema)
+        self.next_due = pg.AsyncpgStatement.of(sql.JOB_NEXT_DUE, schema)
+
+    async def claim(self, batch: Batch) -> list[Job]:
+        lanes, driver = self.lanes, batch.driver
+        transaction = batch.transaction = driver.transaction()
+        await transaction.start()
+        now = lanes.db_now()
+        rows = await driver.fetch(
+            self._claim.sql, *self._claim.args(queue=lanes.queue, limit=lanes.batch_size, now=now)
+        )
+        batch.claimed = len(rows)
+        try:
+            if lanes.traced:
+                return [
+                    Job(id, kind, _decode(payload)[0], retries, most, created, at, limit, trace)
+                    for id, kind, payload, retries, most, created, at, limit, trace in rows
+                ]
+            return [
+                Job(id, kind, _decode(payload)[0], retries, most, created, at, limit)
+                for id, kind, payload, retries, most, created, at, limit in rows
+            ]
+        except (RecursionError, ValueError):
+            return read_jobs(batch, rows)
+
+    async def ran(self, batch: Batch, outcome: Attempt, started: float) -> None:
+        batch.outcomes.append(outcome)
+        batch.begun.append(started)
+
+    async def complete(self, batch: Batch) -> None:
+        """Write the outcomes and commit (the jobs not started are left out: handed back)."""
+        lanes, driver, outcomes = self.lanes, batch.driver, batch.outcomes
+        assert batch.transaction is not None
+        if outcomes:
+            try:
+                await self.completion.write(driver, outcomes, lanes.db_now())
+            except pg.ServerError as refusal:
+                if pg.connection_lost(refusal):
+                    raise
+                await batch.transaction.rollback()
+                await self._refused(batch, refusal)
+                return
+            if lanes.fence is not None and not await lanes.fence.holds(driver):
+                raise LockLost
+        # From here on a failure is the commit's, which no one counts (a cut commit's jobs
+        # run again; one that went through is done).
+        transaction, batch.transaction = batch.transaction, None
         await transaction.commit()
+        lane = batch.lane
         if lane.last_job is not None:
             lane.last_job = None
             if self._lost_runs:
                 for outcome in outcomes:
                     self._lost_runs.pop(outcome.job.id, None)
-        self.stats.handed_back += len(rows) - len(outcomes)
-        count(self.stats, outcomes, begun, queue=self.queue, claimed=claimed_clock)
-        return len(rows)
+        self.stats.handed_back += batch.claimed - len(outcomes)
+        count(self.stats, outcomes, batch.begun, queue=lanes.queue, claimed=batch.claimed_clock)
 
-    async def _refused(
-        self,
-        driver: pg.DriverConnection,
-        lane: Lane,
-        outcomes: list[Attempt],
-        refusal: BaseException,
-    ) -> None:
+    async def abandon(self, batch: Batch, exc: BaseException) -> None:
+        """Roll the batch back: its jobs are due again, none of their writes applied."""
+        if batch.transaction is None:
+            return
+        if isinstance(exc, LostLease):
+            self.stats.rolled_back += len(batch.outcomes)
+        elif isinstance(exc, LockLost) or (isinstance(exc, Exception) and self.cut(exc)):
+            self.stats.rolled_back += len(batch.outcomes) + batch.lane.in_flight
+        if not batch.driver.is_closed():
+            with contextlib.suppress(Exception):
+                await batch.transaction.rollback()
+
+    def cut(self, exc: Exception) -> bool:
+        """Only cronlock's own statements and an attempt that saw its transaction go get
+        here (``ConnectionLost``)."""
+        return isinstance(exc, ConnectionLost) or pg.connection_lost(exc)
+
+    async def lost(self, lane: Lane, failure: Failure | Cancelled) -> None:
+        """The server rolled the batch back: the failed attempt is recorded on a connection
+        of its own (``Completion.record_lost``)."""
+        lanes = self.lanes
+        if await self.completion.record_lost(lanes.engine(), failure, lanes.db_now()):
+            count(self.stats, [failure], queue=lanes.queue)
+
+    async def cut_off(self, lane: Lane, why: str) -> None:
+        """The server rolled the batch back, its jobs are due again. The cut is counted
+        against the job the lane was running: at MAX_LOST_RUNS in a row the job is charged a
+        failed attempt (DESIGN.md invariant 9: bounded, never forever)."""
+        job, lane.last_job = lane.last_job, None
+        if job is None:
+            return
+        runs = self._lost_runs[job.id] = self._lost_runs.get(job.id, 0) + 1
+        if runs < MAX_LOST_RUNS:
+            return
+        del self._lost_runs[job.id]
+        attempts = self.lanes.attempts
+        failure = attempts.failed(
+            job,
+            f"its connection was lost {runs} times in a row while it ran (last: {why})",
+            time.time_ns() // 1000,
+            attempts.handlers.get(job.job_type),
+        )
+        await self.lost(lane, failure)
+
+    async def _refused(self, batch: Batch, refusal: BaseException) -> None:
         """The database refused the batch's outcomes (a constraint, a trigger's error): the
         batch rolled back. Each outcome the database refuses alone (tried in a transaction
-        rolled back) fails its job (``complete.refused``); the others run again, as after a
-        lost connection. One that cannot even be failed is left to an operator, logged."""
-        lane.last_job = None
+        rolled back) fails its job (``fail_refused``); the others run again, as after a lost
+        connection."""
+        lanes, driver, outcomes = self.lanes, batch.driver, batch.outcomes
+        batch.lane.last_job = None
         refusals: list[tuple[Attempt, BaseException]] = [(outcomes[0], refusal)]
         if len(outcomes) > 1:
             refusals = await refused_alone(
                 driver,
                 outcomes,
-                lambda outcome: self.completion.write(driver, [outcome], self._db_now()),
+                lambda outcome: self.completion.write(driver, [outcome], lanes.db_now()),
             )
         self.stats.rolled_back += len(outcomes) - len(refusals)
         for outcome, why in refusals:
-            failure = refused(outcome, why)
-            logger.error(
-                "job %s: its outcome could not be written (%s): failed",
-                outcome.job.id,
-                error_line(why),
-                extra={"action": "job_outcome_refused", "queue": self.queue},
+            failed = await fail_refused(
+                outcome,
+                why,
+                lambda failure: self.completion.write(driver, [failure], lanes.db_now()),
+                queue=lanes.queue,
             )
-            try:
-                await self.completion.write(driver, [failure], self._db_now())
-            except pg.ServerError as again:
-                if pg.connection_lost(again):
-                    raise
-                logger.error(
-                    "job %s: not even its failure could be written (%s): left for an operator",
-                    outcome.job.id,
-                    error_line(again),
-                    extra={"action": "job_outcome_refused", "queue": self.queue},
-                )
-                continue
-            count(self.stats, [failure], queue=self.queue)
+            if failed is not None:
+                count(self.stats, [failed[0]], queue=lanes.queue)
