@@ -258,12 +258,13 @@ class Completion:
             await driver.execute(self._finish.sql, *self._finish.args(now=now, **columns))
         else:
             results = [s.result for s in successes]
-            columns = {
-                "ids": [s.job.id for s in successes],
+            args = self._many.args(
+                now=now,
+                ids=[s.job.id for s in successes],
                 # NULL: every result is, and the statement need not look them up.
-                "results": results if any(r is not None for r in results) else None,
-            }
-            await driver.execute(self._many.sql, *self._many.args(now=now, **columns))
+                results=results if any(r is not None for r in results) else None,
+            )
+            await driver.execute(self._many.sql, *args)
 
     async def write_fenced(
         self,
