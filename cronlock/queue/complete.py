@@ -9,9 +9,10 @@ attempt (its ``at``, and a snooze's ``until``, stamped by the outcome statement 
 database's clock). A lane writes its batch's outcomes with one statement, in the transaction
 that ran the handlers (``Completion.write``), so a job's completion commits with its
 handler's writes or not at all: ``JOB_COMPLETE_ONE`` for a lone success (strict mode),
-``JOB_COMPLETE_MANY`` for a batch of successes, ``JOB_FINISH_MANY`` for a batch with a
-failure in it. A failure whose transaction is gone is written on its own
-(``Completion.record_lost``). Outcomes count in the drainer's stats once committed
+``JOB_COMPLETE_MANY`` for a batch of successes, ``JOB_FINISH_CLAIMED`` for a batch with a
+failure in it (the batch's rows are the claim's, locked since: no status guard). A failure
+whose transaction is gone, or whose batch rolled back, is written on its own, guarded by the
+status (``JOB_FINISH_MANY``; ``Completion.record_lost``). Outcomes count in the drainer's stats once committed
 (``count``).
 
 One clock. The row's ``started_at`` and ``completed_at`` are the database's: the claim's time
@@ -238,14 +239,23 @@ class Completion:
         self._one = AsyncpgStatement.of(sql.JOB_COMPLETE_ONE, schema)
         self._many = AsyncpgStatement.of(sql.JOB_COMPLETE_MANY, schema)
         self._finish = AsyncpgStatement.of(sql.JOB_FINISH_MANY, schema)
+        self._finish_claimed = AsyncpgStatement.of(sql.JOB_FINISH_CLAIMED, schema)
         self._leased_many = AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
         self._leased_finish = AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
 
     async def write(
-        self, driver: DriverConnection, outcomes: list[Attempt], now: datetime | None = None
+        self,
+        driver: DriverConnection,
+        outcomes: list[Attempt],
+        now: datetime | None = None,
+        *,
+        held: bool = False,
     ) -> None:
         """Write a batch's outcomes with one statement: the narrow ones when all succeeded.
-        ``now`` is a test clock's reading (None: the database's clock writes the times)."""
+        ``now`` is a test clock's reading (None: the database's clock writes the times).
+        ``held``: the rows are locked by this transaction's claim, so the statements need no
+        status guard (JOB_COMPLETE_MANY, JOB_FINISH_CLAIMED); otherwise each outcome is
+        written only to a job still waiting."""
         if len(outcomes) == 1:
             (success,) = outcomes
             if isinstance(success, Success):
@@ -253,9 +263,10 @@ class Completion:
                 await driver.execute(self._one.sql, *args)
                 return
         successes = [o for o in outcomes if isinstance(o, Success)]
-        if len(successes) < len(outcomes):
+        if len(successes) < len(outcomes) or not held:
+            finish = self._finish_claimed if held else self._finish
             columns = _finish_columns(outcomes)
-            await driver.execute(self._finish.sql, *self._finish.args(now=now, **columns))
+            await driver.execute(finish.sql, *finish.args(now=now, **columns))
         else:
             results = [s.result for s in successes]
             args = self._many.args(

@@ -582,7 +582,7 @@ class InTransaction:
         assert batch.transaction is not None
         if outcomes:
             try:
-                await self.completion.write(driver, outcomes, lanes.db_now())
+                await self.completion.write(driver, outcomes, lanes.db_now(), held=True)
             except pg.ServerError as refusal:
                 if pg.connection_lost(refusal):
                     raise

@@ -63,6 +63,7 @@ _STATEMENTS: dict[str, tuple[str, ...]] = {
         "JOB_COUNTS_CAPPED",
         "JOB_COUNTS_OPEN",
         "JOB_DELETE",
+        "JOB_FINISH_CLAIMED",
         "JOB_FINISH_MANY",
         "JOB_GET",
         "JOB_GET_COLUMNS",

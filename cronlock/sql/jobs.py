@@ -69,6 +69,7 @@ __all__ = [
     "JOB_COUNTS_CAPPED",
     "JOB_COUNTS_OPEN",
     "JOB_DELETE",
+    "JOB_FINISH_CLAIMED",
     "JOB_FINISH_MANY",
     "JOB_GET",
     "JOB_GET_COLUMNS",
@@ -418,11 +419,14 @@ _finished_now = cast(_outcomes.c.status, Text).in_(
 # (JOB_CLAIM's, which is this transaction's now() too, and what a failure recorded on a fresh
 # connection after its transaction was lost must still say); completed_at, the due time of a
 # retry and the error entry's "at" are this statement's clock (_DB_CLOCK).
-JOB_FINISH_MANY = (
+# JOB_FINISH_CLAIMED is for the claim's own transaction, which holds the rows (FOR UPDATE)
+# since it claimed them: no status guard, so the statement is planned on the primary key alone
+# (see JOB_COMPLETE_MANY for what the guard cost it under lagging statistics). JOB_FINISH_MANY,
+# guarded, for an outcome written after its transaction was lost (a handler timed out
+# mid-query) or after its batch rolled back: it never overwrites what another worker did since.
+JOB_FINISH_CLAIMED = (
     update(jobs)
-    # The status guard matters only when an outcome is written after its transaction was lost
-    # (a handler timed out mid-query): it never overwrites what another worker did since.
-    .where(jobs.c.id == cast(_outcomes.c.id, Uuid), _WAITING)
+    .where(jobs.c.id == cast(_outcomes.c.id, Uuid))
     .values(
         status=cast(_outcomes.c.status, Text),
         retry_count=cast(_outcomes.c.retry_count, Integer),
@@ -439,6 +443,7 @@ JOB_FINISH_MANY = (
         completed_at=case((_finished_now, _DB_CLOCK), else_=null()),
     )
 )
+JOB_FINISH_MANY = JOB_FINISH_CLAIMED.where(_WAITING)
 
 # Successes, the common case, written with less than JOB_FINISH_MANY: a success changes only
 # these columns (retry_count, run_at and the errors stay), so there is one array of ids to send,

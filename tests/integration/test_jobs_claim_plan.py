@@ -83,3 +83,47 @@ async def test_a_lease_completion_is_no_join_in_its_generic_plan(database: Datab
         text_plan = json.dumps(await plan_of(raw, compiled, args, "force_generic_plan"))
     assert '"Nested Loop"' not in text_plan, text_plan
     assert '"Function Scan"' not in text_plan, text_plan
+
+
+async def test_a_batch_completion_reads_only_its_rows_before_any_analyze(
+    database: Database,
+) -> None:
+    """A burst of 10,000 new jobs that autovacuum has not analyzed yet, and a batch of 50 of
+    them completed: the statements of the claim's transaction find their rows without the
+    claim index. Guarded by the status, they were planned from its statistics (a few waiting
+    rows) and read all 10,000 waiting jobs through ix_jobs_claim for every batch."""
+    async with database.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO cronlock.jobs (job_type, payload) "
+                "SELECT 'noop', '{}' FROM generate_series(1, 10000)"
+            )
+        )
+        ids = list(await conn.scalars(text("SELECT id FROM cronlock.jobs LIMIT 50")))
+    now = None
+    many = AsyncpgStatement.of(sql.JOB_COMPLETE_MANY, database.schema)
+    finish = AsyncpgStatement.of(sql.JOB_FINISH_CLAIMED, database.schema)
+    statements = [
+        (many, many.args(ids=ids, results=None, now=now)),
+        (
+            finish,
+            finish.args(
+                now=now,
+                ids=ids,
+                statuses=["retrying"] * 50,
+                retry_counts=[1] * 50,
+                delays=[1.0] * 50,
+                errors=["ValueError: no"] * 50,
+                error_entries=['{"attempt": 1, "error": "ValueError: no"}'] * 50,
+                results=[None] * 50,
+                started_ats=[None] * 50,
+            ),
+        ),
+    ]
+    async with database.connect() as conn:
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert raw is not None
+        for compiled, args in statements:
+            for mode in PLAN_MODES:
+                text_plan = json.dumps(await plan_of(raw, compiled, args, mode))
+                assert "ix_jobs_claim" not in text_plan, text_plan
