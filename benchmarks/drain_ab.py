@@ -2,12 +2,13 @@
 
     python -m benchmarks.drain_ab SERVER_URL [--n 10000] [--runs 5] [--variant NAME=ROOT ...]
         [--case strict --case batch:50 --case batch:500 --case raw-strict --case raw-batch:50 ...]
-        [--case def-strict --case def-batch:50 ...]
+        [--case def-strict --case def-batch:50 ...] [--case pgqueuer-batch:500 ...]
 
 Each run is its own subprocess (``once``) with ``PYTHONPATH`` set to a variant's source tree
-(a directory holding a ``cronlock`` package, e.g. a symlink to a checkout's; ``raw-*`` cases run
-once, not per variant), in a fresh scratch database (a ``def-`` case's no-op handler is a plain
-``def``, run in the drainer's thread pool):
+(a directory holding a ``cronlock`` package, e.g. a symlink to a checkout's; ``raw-*`` and
+``pgqueuer-*`` cases run once, not per variant: pgqueuer's ``QueueManager`` in drain mode with
+that ``batch_size``, the harness's tuned peer), in a fresh scratch database (a ``def-``
+case's no-op handler is a plain ``def``, run in the drainer's thread pool):
 N no-op jobs are enqueued in bulk, then drained, and the rate is read from the database's
 timestamps (first ``started_at`` to last ``completed_at``), as the harness does. The runs go
 round-robin over cases and variants, ``--runs`` rounds, and each case's median and range is
@@ -127,9 +128,51 @@ async def _once_raw(url: str, n: int, mode: str, batch: int | None) -> float:
     return window.completed / window.seconds
 
 
+async def _once_pgqueuer(url: str, n: int, batch: int | None) -> float:
+    import asyncpg
+
+    from benchmarks.systems.pgqueuer_queue import PgQueuerQueue
+
+    system = PgQueuerQueue(url, {"batch_size": batch or 10})
+    watcher = await asyncpg.connect(url)
+    try:
+        await system.install()
+        await system.enqueue_bulk(n)
+        found: list[int] = []
+
+        async def find_backend() -> None:  # the drain's own connection, once it is open
+            while not found:
+                pid = await watcher.fetchval(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND pid <> pg_backend_pid() AND pid <> $1"
+                    " AND backend_type = 'client backend'",
+                    system._conn.get_server_pid(),
+                )
+                if pid is not None:
+                    found.append(pid)
+                await asyncio.sleep(0.002)
+
+        wall, cpu = time.perf_counter(), time.process_time()
+        drain = asyncio.create_task(system.drain())
+        finder = asyncio.create_task(find_backend())
+        server = await _backend_cpu(drain, lambda: found[0] if found else None)
+        finder.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await finder
+        _print_costs(n, time.perf_counter() - wall, time.process_time() - cpu, server)
+        window = await system.window()
+    finally:
+        await watcher.close()
+        await system.close()
+    return window.completed / window.seconds
+
+
 async def once(server: str, case: str, n: int, profile: str) -> float:
     from benchmarks.scratch import scratch_database
 
+    if case.startswith("pgqueuer-"):
+        async with scratch_database(server, "drain_ab") as url:
+            return await _once_pgqueuer(url, n, int(case.partition(":")[2] or 10))
     prefixed = case.startswith(("raw-", "def-"))
     system, _, rest = case.partition("-") if prefixed else ("cronlock", "", case)
     mode, _, size = rest.partition(":")
@@ -186,9 +229,10 @@ def main() -> None:
     started = time.monotonic()
     for _ in range(options.runs):
         for case in cases:
-            targets = {"raw": "/nonexistent"} if case.startswith("raw-") else variants
+            alone = case.startswith(("raw-", "pgqueuer-"))
+            targets = {"raw": "/nonexistent"} if alone else variants
             for name, root in targets.items():
-                label = case if case.startswith("raw-") else f"{name} {case}"
+                label = case if alone else f"{name} {case}"
                 run = _run(options.server, case, options.n, root)
                 runs[label].append(run)
                 print(
