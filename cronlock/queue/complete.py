@@ -12,8 +12,8 @@ handler's writes or not at all: ``JOB_COMPLETE_ONE`` for a lone success (strict 
 ``JOB_COMPLETE_MANY`` for a batch of successes, ``JOB_FINISH_CLAIMED`` for a batch with a
 failure in it (the batch's rows are the claim's, locked since: no status guard). A failure
 whose transaction is gone, or whose batch rolled back, is written on its own, guarded by the
-status (``JOB_FINISH_MANY``; ``Completion.record_lost``). Outcomes count in the drainer's stats once committed
-(``count``).
+status (``JOB_FINISH_MANY``; ``Completion.record_lost``). Outcomes count in the drainer's
+stats once committed (``count``).
 
 One clock. The row's ``started_at`` and ``completed_at`` are the database's: the claim's time
 (``Job.claimed_at``) and the outcome statement's, as ``created_at`` is, so that across hosts
