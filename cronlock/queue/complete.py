@@ -268,12 +268,8 @@ class Completion:
             columns = _finish_columns(outcomes)
             await driver.execute(finish.sql, *finish.args(now=now, **columns))
         else:
-            results = [s.result for s in successes]
             args = self._many.args(
-                now=now,
-                ids=[s.job.id for s in successes],
-                # NULL: every result is, and the statement need not look them up.
-                results=results if any(r is not None for r in results) else None,
+                now=now, ids=[s.job.id for s in successes], results=_results(successes)
             )
             await driver.execute(self._many.sql, *args)
 
@@ -288,14 +284,13 @@ class Completion:
         """The lease mode's: write outcomes of ``owner``'s running jobs in one statement, each
         fenced by its attempt (``attempts``, by job); the ids written (the others' jobs were
         handed on since)."""
-        if all(isinstance(o, Success) for o in outcomes):
+        successes = [o for o in outcomes if isinstance(o, Success)]
+        if len(successes) == len(outcomes):
             statement = self._leased_many
-            results = [o.result for o in outcomes if isinstance(o, Success)]
             args = statement.args(
-                ids=[o.job.id for o in outcomes],
-                attempts=[attempts[o.job.id] for o in outcomes],
-                # NULL: every result is, and the statement need not look them up.
-                results=results if any(r is not None for r in results) else None,
+                ids=[o.job.id for o in successes],
+                attempts=[attempts[o.job.id] for o in successes],
+                results=_results(successes),
                 worker=owner,
                 now=now,
             )
@@ -322,6 +317,13 @@ class Completion:
             )
             return False
         return True
+
+
+def _results(successes: list[Success]) -> list[str | None] | None:
+    """The successes' results for a statement that reads each at its id's position; NULL when
+    every one is (the handlers returned None), so the statement need not look them up."""
+    results = [s.result for s in successes]
+    return results if any(r is not None for r in results) else None
 
 
 _FINISH_COLUMNS = (
