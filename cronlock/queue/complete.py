@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import ClauseElement
 
 from .. import sql
 from ..logs import JOBS_LOGGER
@@ -236,10 +237,12 @@ class Completion:
 
     def __init__(self, schema: str, queue: str) -> None:
         self.queue = queue  # for the logs
-        self._one = AsyncpgStatement.of(sql.JOB_COMPLETE_ONE, schema)
-        self._many = AsyncpgStatement.of(sql.JOB_COMPLETE_MANY, schema)
+        # write's: each with its fenced twin (sql.fenced), but the guarded JOB_FINISH_MANY,
+        # which is never sent in the claim's transaction.
+        self._one = _twins(sql.JOB_COMPLETE_ONE, sql.JOB_COMPLETE_ONE_FENCED, schema)
+        self._many = _twins(sql.JOB_COMPLETE_MANY, sql.JOB_COMPLETE_MANY_FENCED, schema)
         self._finish = AsyncpgStatement.of(sql.JOB_FINISH_MANY, schema)
-        self._finish_claimed = AsyncpgStatement.of(sql.JOB_FINISH_CLAIMED, schema)
+        self._finish_claimed = _twins(sql.JOB_FINISH_CLAIMED, sql.JOB_FINISH_CLAIMED_FENCED, schema)
         self._leased_many = AsyncpgStatement.of(sql.JOB_LEASE_COMPLETE_MANY, schema)
         self._leased_finish = AsyncpgStatement.of(sql.JOB_LEASE_FINISH_MANY, schema)
 
@@ -250,28 +253,32 @@ class Completion:
         now: datetime | None = None,
         *,
         held: bool = False,
-    ) -> None:
+        fence: Mapping[str, int] | None = None,
+    ) -> bool:
         """Write a batch's outcomes with one statement: the narrow ones when all succeeded.
         ``now`` is a test clock's reading (None: the database's clock writes the times).
         ``held``: the rows are locked by this transaction's claim, so the statements need no
         status guard (JOB_COMPLETE_MANY, JOB_FINISH_CLAIMED); otherwise each outcome is
-        written only to a job still waiting."""
-        if len(outcomes) == 1:
-            (success,) = outcomes
-            if isinstance(success, Success):
-                args = self._one.args(id=success.job.id, result=success.result, now=now)
-                await driver.execute(self._one.sql, *args)
-                return
+        written only to a job still waiting. ``fence`` (with ``held``): the exclusive
+        drainer's commit fence (``lease.Fence.params``), checked in the same statement;
+        False when it found the lock lost (roll back, do not commit)."""
+        statement: tuple[AsyncpgStatement, AsyncpgStatement | None]
+        params: dict[str, Any]
         successes = [o for o in outcomes if isinstance(o, Success)]
-        if len(successes) < len(outcomes) or not held:
-            finish = self._finish_claimed if held else self._finish
-            columns = _finish_columns(outcomes)
-            await driver.execute(finish.sql, *finish.args(now=now, **columns))
+        if len(outcomes) == 1 and successes:
+            (success,) = successes
+            statement, params = self._one, {"id": success.job.id, "result": success.result}
+        elif held and len(successes) == len(outcomes):
+            ids = [s.job.id for s in successes]
+            statement, params = self._many, {"ids": ids, "results": _results(successes)}
         else:
-            args = self._many.args(
-                now=now, ids=[s.job.id for s in successes], results=_results(successes)
-            )
-            await driver.execute(self._many.sql, *args)
+            statement = self._finish_claimed if held else (self._finish, None)
+            params = _finish_columns(outcomes)
+        plain, fenced = statement
+        if fence is None or fenced is None:
+            await driver.execute(plain.sql, *plain.args(now=now, **params))
+            return True
+        return not await driver.fetchval(fenced.sql, *fenced.args(now=now, **params, **fence))
 
     async def write_fenced(
         self,
@@ -317,6 +324,12 @@ class Completion:
             )
             return False
         return True
+
+
+def _twins(
+    plain: ClauseElement, fenced: ClauseElement, schema: str
+) -> tuple[AsyncpgStatement, AsyncpgStatement | None]:
+    return AsyncpgStatement.of(plain, schema), AsyncpgStatement.of(fenced, schema)
 
 
 def _results(successes: list[Success]) -> list[str | None] | None:

@@ -188,7 +188,7 @@ class Lanes:
         self.poll_interval = options.poll_interval
         self.clock = options.clock
         self.deadline = deadline
-        self.fence = fence  # checked right before each commit (lease.py)
+        self.fence = fence  # checked in the write before each commit (lease.py)
         self.lanes = [Lane(n) for n in range(options.concurrency)]
         self._stopping = stopping
         self._stop = stop  # the drainer's stop(): every lane stops claiming
@@ -581,15 +581,19 @@ class InTransaction:
         lanes, driver, outcomes = self.lanes, batch.driver, batch.outcomes
         assert batch.transaction is not None
         if outcomes:
+            # The fence (the drainer still holds its lock) is checked in the write's statement.
+            fence = None if lanes.fence is None else lanes.fence.params
             try:
-                await self.completion.write(driver, outcomes, lanes.db_now(), held=True)
+                holds = await self.completion.write(
+                    driver, outcomes, lanes.db_now(), held=True, fence=fence
+                )
             except pg.ServerError as refusal:
                 if pg.connection_lost(refusal):
                     raise
                 await batch.transaction.rollback()
                 await self._refused(batch, refusal)
                 return
-            if lanes.fence is not None and not await lanes.fence.holds(driver):
+            if not holds:
                 raise LockLost
         # From here on a failure is the commit's, which no one counts (a cut commit's jobs
         # run again; one that went through is done).

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -124,16 +125,20 @@ class Fence:
     token: int
     schema: str
 
+    @functools.cached_property
+    def params(self) -> dict[str, int]:
+        """FENCE_CHECK's parameters, which a lane's last write sends with it (``sql.fenced``)."""
+        return {
+            "barrier_namespace": BARRIER_NAMESPACE,
+            "key": self.queue_key,
+            "alive_namespace": self.alive_namespace,
+            "token": self.token,
+        }
+
     async def holds(self, driver: pg.DriverConnection) -> bool:
         """True while the drainer's lock transaction holds its token (then commit)."""
         check = pg.AsyncpgStatement.of(sql.FENCE_CHECK, self.schema)
-        args = check.args(
-            barrier_namespace=BARRIER_NAMESPACE,
-            key=self.queue_key,
-            alive_namespace=self.alive_namespace,
-            token=self.token,
-        )
-        return not await driver.fetchval(check.sql, *args)
+        return not await driver.fetchval(check.sql, *check.args(**self.params))
 
 
 # The lock connection's keepalives unless a drainer is given others (None: the server's).

@@ -46,6 +46,7 @@ from sqlalchemy.sql.elements import ColumnElement, Grouping
 from ..locks import namespace_key
 from ..outcome import JOB_CANCELLABLE_STATUSES, JOB_FINISHED_STATUSES, JOB_WAITING_STATUSES
 from .histograms import buckets
+from .locks import fenced
 from .queues import QUEUE_PAUSED_NOW
 from .tables import (
     JOB_DEDUP_PREDICATE,
@@ -64,12 +65,15 @@ __all__ = [
     "JOB_CLAIM_TRACED",
     "JOB_COMPLETED_CAPPED",
     "JOB_COMPLETE_MANY",
+    "JOB_COMPLETE_MANY_FENCED",
     "JOB_COMPLETE_ONE",
+    "JOB_COMPLETE_ONE_FENCED",
     "JOB_COUNTS",
     "JOB_COUNTS_CAPPED",
     "JOB_COUNTS_OPEN",
     "JOB_DELETE",
     "JOB_FINISH_CLAIMED",
+    "JOB_FINISH_CLAIMED_FENCED",
     "JOB_FINISH_MANY",
     "JOB_GET",
     "JOB_GET_COLUMNS",
@@ -479,8 +483,8 @@ JOB_COMPLETE_MANY = (
 # for one row, always beats the generic one, costed for ten), which cost more than the UPDATE
 # itself; this statement's generic plan is cached after five executions.
 # completed_at is clock_timestamp() in this statement, the last the transaction runs before
-# its COMMIT (in batch mode after every handler of the batch; only the drainer's fence check,
-# a read, may come between): the closest the database can record. A row cannot hold the time
+# its COMMIT (in batch mode after every handler of the batch; an exclusive drainer's fence
+# check is in the same statement): the closest the database can record. A row cannot hold the time
 # of the commit that makes it visible (the commit comes after the row's last write, and
 # PostgreSQL's own commit timestamps need track_commit_timestamp, off by default, and are
 # kept per transaction, not in the row); the worker's clock, which wrote it before, may be
@@ -496,6 +500,13 @@ JOB_COMPLETE_ONE = (
         completed_at=_DB_CLOCK,
     )
 )
+
+# The three statements of a claim's own transaction, each with the exclusive drainer's commit
+# fence in the same statement (``locks.fenced``): strict mode's round trips a job are those of
+# the raw loop (begin, claim, write, commit), not one more.
+JOB_COMPLETE_ONE_FENCED = fenced(JOB_COMPLETE_ONE)
+JOB_COMPLETE_MANY_FENCED = fenced(JOB_COMPLETE_MANY)
+JOB_FINISH_CLAIMED_FENCED = fenced(JOB_FINISH_CLAIMED)
 
 # Seconds until the next job of a queue comes due (NULL: none waiting, or the queue is paused,
 # so an idle drainer of a paused queue waits for the resume's notification or its poll

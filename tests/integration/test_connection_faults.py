@@ -9,6 +9,7 @@ job). The handlers are the test's own, in process; the cut is a real one, on the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import subprocess
 from collections import Counter
@@ -260,6 +261,37 @@ async def _exists(path: Path) -> bool:
 async def _standing_by(database: Database) -> bool:
     query = "SELECT count(*) FROM cronlock.workers WHERE state = 'standby'"
     return await _count(database, query) == 1
+
+
+@pytest.mark.parametrize(("commit_mode", "jobs"), [("strict", 1), ("batch", 3)])
+async def test_a_lane_whose_fence_fails_commits_nothing(
+    database: Database, monkeypatch: pytest.MonkeyPatch, commit_mode: str, jobs: int
+) -> None:
+    """The fence, which a lane's last write before its commit carries (``sql.fenced``),
+    decides, without a race: the lanes' fence holds a token no lock transaction holds, as
+    after a lost lock. The lane rolls back (its handler's write too), the drainer ends with
+    the lost lock, and the jobs are due again with no attempt charged."""
+    from cronlock.queue import drainer as drainer_module
+
+    made = drainer_module.Lanes
+
+    def lanes_of_a_lost_lock(*args: Any, fence: Any, **kwargs: Any) -> Any:
+        stranger = dataclasses.replace(fence, token=fence.token % (2**31 - 2) + 1)
+        return made(*args, fence=stranger, **kwargs)
+
+    monkeypatch.setattr(drainer_module, "Lanes", lanes_of_a_lost_lock)
+    await _commit_log(database)
+    app = _logging_app(database, "first")
+    try:
+        await app.enqueue_many("logged", [{"n": n} for n in range(jobs)])
+        result = await app.drainer(commit_mode=commit_mode, batch_size=jobs).drain()
+    finally:
+        await app.aclose()
+    assert result.error is not None and "lost the drainer lock" in result.error
+    assert await _count(database, "SELECT count(*) FROM committed") == 0
+    rows = await job_rows(database)
+    assert {(r["status"], r["retry_count"]) for r in rows} == {("pending", 0)}
+    assert len(rows) == jobs
 
 
 async def test_the_fence_holds_a_new_drainer_back_until_old_commits_end(database: Database) -> None:
