@@ -272,8 +272,7 @@ async def test_a_lane_whose_fence_fails_commits_nothing(
     after a lost lock. The lane rolls back (its handler's write too), the drainer ends with
     the lost lock, and the jobs are due again with no attempt charged."""
     from cronlock.queue import drainer as drainer_module
-
-    made = drainer_module.Lanes
+    from cronlock.queue.lanes import Lanes as made
 
     def lanes_of_a_lost_lock(*args: Any, fence: Any, **kwargs: Any) -> Any:
         stranger = dataclasses.replace(fence, token=fence.token % (2**31 - 2) + 1)
