@@ -2,6 +2,7 @@
 
     python -m benchmarks.drain_ab SERVER_URL [--n 10000] [--runs 5] [--variant NAME=ROOT ...]
         [--case strict --case batch:50 --case batch:500 --case raw-strict --case raw-batch:50 ...]
+        [--case lease:1 --case raw-split:1 --case lease:500 --case raw-split:500 ...]
         [--case def-strict --case def-batch:50 ...] [--case pgqueuer-batch:500 ...]
 
 Each run is its own subprocess (``once``) with ``PYTHONPATH`` set to a variant's source tree

@@ -3,8 +3,11 @@
 The statements are the minimum a correct queue needs and nothing more: a claim with
 ``FOR UPDATE SKIP LOCKED`` and a completion ``UPDATE``, either one job per transaction
 (``mode=strict``, the reference's semantics: one fsync per job) or a batch per transaction
-with one completion ``UPDATE`` for the whole batch (``mode=batch``). The idle worker (for the
-latency floor) wakes on a statement-level ``NOTIFY`` trigger, as cronlock's does.
+with one completion ``UPDATE`` for the whole batch (``mode=batch``); or the claim committed
+on its own (``status = 'processing'``) and the batch's completion after the handlers, fenced
+by that status (``mode=split``: two commits a batch, the lease commit mode's minimum). The
+idle worker (for the latency floor) wakes on a statement-level ``NOTIFY`` trigger, as
+cronlock's does.
 This SQL lives here, not in cronlock: it is the yardstick, not the product.
 """
 
@@ -58,6 +61,17 @@ COMPLETE_MANY = """
 UPDATE bench_jobs SET status = 'completed', started_at = $2, completed_at = clock_timestamp()
 WHERE id = ANY($1::bigint[])
 """
+CLAIM_SPLIT = """
+UPDATE bench_jobs SET status = 'processing', started_at = clock_timestamp()
+WHERE id IN (
+    SELECT id FROM bench_jobs WHERE status = 'pending' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+)
+RETURNING id, payload
+"""
+COMPLETE_SPLIT = """
+UPDATE bench_jobs SET status = 'completed', completed_at = clock_timestamp()
+WHERE id = ANY($1::bigint[]) AND status = 'processing'
+"""
 INSERT_MANY = """
 INSERT INTO bench_jobs (job_type, payload) SELECT 'noop', p FROM unnest($1::jsonb[]) AS p
 """
@@ -79,14 +93,14 @@ DEFAULT_BATCH = 500
 
 
 class RawQueue(QueueSystem):
-    """asyncpg on one connection; options: ``mode`` (strict|batch), ``batch_size``."""
+    """asyncpg on one connection; options: ``mode`` (strict|batch|split), ``batch_size``."""
 
     name = "raw"
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         super().__init__(url, options)
         self.mode = options.get("mode", "strict")
-        if self.mode not in ("strict", "batch"):
+        if self.mode not in ("strict", "batch", "split"):
             raise ValueError(f"unknown raw mode {self.mode!r}")
         self.batch_size = int(options.get("batch_size", DEFAULT_BATCH))
         self._conn: Any = None
@@ -116,6 +130,13 @@ class RawQueue(QueueSystem):
     async def _claim_and_complete(self, conn: Any) -> int:
         """One transaction: claim, run the no-op handlers, complete. The jobs it took."""
         limit = 1 if self.mode == "strict" else self.batch_size
+        if self.mode == "split":
+            rows = await conn.fetch(CLAIM_SPLIT, limit)  # committed: the claim is the lease
+            for row in rows:
+                await noop(row["payload"])
+            if rows:
+                await conn.execute(COMPLETE_SPLIT, [row["id"] for row in rows])
+            return len(rows)
         async with conn.transaction():
             rows = await conn.fetch(CLAIM, limit)
             if not rows:

@@ -36,7 +36,10 @@ async def _statuses(url: str) -> list[tuple[str, int]]:
     return sorted((row[0], row[1]) for row in rows)
 
 
-@pytest.mark.parametrize("options", [{"mode": "strict"}, {"mode": "batch", "batch_size": 7}])
+@pytest.mark.parametrize(
+    "options",
+    [{"mode": "strict"}, {"mode": "batch", "batch_size": 7}, {"mode": "split", "batch_size": 7}],
+)
 async def test_raw_drain_completes_every_job_once(
     database: Database, options: dict[str, object]
 ) -> None:
