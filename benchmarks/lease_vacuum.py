@@ -18,6 +18,9 @@ freed (those the drain's own page pruning had already cut to line pointers, and 
 removed itself, ``tuples: N removed``); ``N are dead but not yet removable`` the ones a
 transaction still needs. The share removed is the first over both. ``pgstattuple``'s dead
 tuples (where the extension is available) are counted before and after, as a second view.
+Autovacuum is off for the scratch table (an autoanalyze's snapshot would hold dead rows too),
+and the backends holding a transaction id or a snapshot just before VACUUM are kept
+(``horizon_at_vacuum``).
 While the long job's handler runs, ``pg_stat_activity`` is sampled every
 ``--sample-interval`` seconds: for each cronlock connection (the long job's worker: its pool,
 ``cronlock-drainer:long`` and ``cronlock-liveness:long``; the short drain's apart), how many
@@ -77,6 +80,13 @@ TUPLES_LINE = re.compile(
 # Dead row versions the drain's own page pruning had already cut to line pointers, and the
 # tuples VACUUM removed itself: both are what this line counts as removed from the heap.
 ITEMS_LINE = re.compile(r"had (\d+) dead item identifiers removed")
+HORIZON_HOLDERS = """
+SELECT pid, application_name, backend_type, state, backend_xid::text AS xid,
+       backend_xmin::text AS xmin, left(query, 80) AS query
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)
+"""
 JOB_ROW = """
 SELECT status, attempt, retry_count, lost_runs, error_message, error_history::text
 FROM cronlock.jobs WHERE id = $1
@@ -249,6 +259,9 @@ async def measure_vacuum(
             async with long_app.database.session() as session:
                 long_job = (await long_app.enqueue_tx(session, "long", {})).id
                 await session.commit()
+            # Only the drainers may hold the horizon back: an autoanalyze of the table, whose
+            # snapshot is not a vacuum's, would keep the drain's dead rows as well.
+            await conn.execute("ALTER TABLE cronlock.jobs SET (autovacuum_enabled = off)")
             await conn.execute("VACUUM cronlock.jobs")  # from a table without dead rows
             long_drain = asyncio.create_task(long_app.drainer(queue=LONG, commit_mode=mode).drain())
             await asyncio.wait_for(events["started"].wait(), 60)
@@ -263,6 +276,7 @@ async def measure_vacuum(
             if drained.stats["processed"] != jobs:
                 raise RuntimeError(f"the short drain ended {drained.to_dict()}")
             before = await _dead_tuples(conn, counted)
+            horizon = [dict(r) for r in await conn.fetch(HORIZON_HOLDERS)]
             vacuum = await _vacuum_verbose(conn)
             after = await _dead_tuples(conn, counted)
             during = not events["finished"].is_set()
@@ -298,6 +312,8 @@ async def measure_vacuum(
         "removed_share": round(removed_share, 6),
         "vacuum": vacuum,
         "vacuum_during_long_job": during,
+        # The backends of the database with a transaction id or a snapshot just before VACUUM.
+        "horizon_at_vacuum": horizon,
         "long_job": {"status": row["status"], "attempt": row["attempt"]},
         "long_drain": long_result.to_dict(),
         "activity": sampler.report(),
