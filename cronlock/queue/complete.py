@@ -275,9 +275,10 @@ class Completion:
             statement = self._finish_claimed if held else (self._finish, None)
             params = _finish_columns(outcomes)
         plain, fenced = statement
-        if fence is None or fenced is None:
+        if fence is None:
             await driver.execute(plain.sql, *plain.args(now=now, **params))
             return True
+        assert fenced is not None, "a fence goes with the claim's own transaction (held)"
         return not await driver.fetchval(fenced.sql, *fenced.args(now=now, **params, **fence))
 
     async def write_fenced(
