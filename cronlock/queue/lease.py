@@ -15,9 +15,10 @@ PostgreSQL fences it.
 The commit fence. A drainer whose lock connection is cut while its lanes' connections live on
 could otherwise commit jobs after a standby took the lock. So the active drainer also holds an
 *alive token* in its lock transaction (a lock of the queue's alive namespace, a random key of
-its own), and every lane sends ``sql.FENCE_CHECK`` right before it commits: take the queue's
-barrier lock shared, then see whether the token is still held; if not, the lane rolls back
-(``Fence.holds``). A drainer that becomes active, before its first claim, waits until no other
+its own), and every lane checks ``sql.FENCE_CHECK`` before it commits, in the statement of
+the batch's outcome write (``sql.fenced``): take the queue's barrier lock shared, then see
+whether the token is still held; if not, the lane rolls back (``Fence.params``; ``holds``
+sends the check alone). A drainer that becomes active, before its first claim, waits until no other
 backend holds a token of the queue (the previous holder's lock transaction ended entirely)
 and then takes the barrier exclusively for a moment (``_fence_up``): a lane of the old drainer
 that checked its token before that holds the barrier shared until it has committed or rolled
