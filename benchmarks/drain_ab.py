@@ -12,10 +12,11 @@ that ``batch_size``, the harness's tuned peer), in a fresh scratch database (a `
 case's no-op handler is a plain ``def``, run in the drainer's thread pool):
 N no-op jobs are enqueued in bulk, then drained, and the rate is read from the database's
 timestamps (first ``started_at`` to last ``completed_at``), as the harness does. The runs go
-round-robin over cases and variants, ``--runs`` rounds, and each case's median and range is
-printed at the end. Each run also prints, on stderr, the client's CPU time per job and the CPU
-time of the server process behind the draining connection (from /proc: same host only), which
-a shared machine disturbs far less than the wall clock. ``--profile FILE`` (with ``once``)
+round-robin over cases and variants, ``--runs`` rounds (the variants in the other order
+every other round), and each case's median and range is printed at the end. Each run also
+prints, on stderr, the client's CPU time per job and the CPU time of the server process
+behind the draining connection (from /proc: same host only), which a shared machine
+disturbs far less than the wall clock. ``--profile FILE`` (with ``once``)
 writes a cProfile of the drain.
 """
 
@@ -228,11 +229,13 @@ def main() -> None:
     variants = dict(v.split("=", 1) for v in options.variant) or {"this": str(ROOT)}
     runs: dict[str, list[dict[str, float]]] = defaultdict(list)
     started = time.monotonic()
-    for _ in range(options.runs):
+    for round_number in range(options.runs):
         for case in cases:
             alone = case.startswith(("raw-", "pgqueuer-"))
-            targets = {"raw": "/nonexistent"} if alone else variants
-            for name, root in targets.items():
+            targets = list(({"raw": "/nonexistent"} if alone else variants).items())
+            if round_number % 2:  # every other round the other order: a run's place in its
+                targets.reverse()  # round moved lease:1 by a tenth (BENCHMARKS.md)
+            for name, root in targets:
                 label = case if alone else f"{name} {case}"
                 run = _run(options.server, case, options.n, root)
                 runs[label].append(run)
