@@ -329,7 +329,7 @@ class Completion:
 
 def _twins(
     plain: ClauseElement, fenced: ClauseElement, schema: str
-) -> tuple[AsyncpgStatement, AsyncpgStatement | None]:
+) -> tuple[AsyncpgStatement, AsyncpgStatement]:
     return AsyncpgStatement.of(plain, schema), AsyncpgStatement.of(fenced, schema)
 
 

@@ -656,17 +656,26 @@ class InTransaction:
         """The database refused the batch's outcomes (a constraint, a trigger's error): the
         batch rolled back. Each outcome the database refuses alone (tried in a transaction
         rolled back) fails its job (``fail_refused``); the others run again, as after a lost
-        connection."""
+        connection. With the fence in the statement, one outcome is tried alone too: the
+        error may be the fence's (its barrier wait cancelled, timed out), no job's doing."""
         lanes, driver, outcomes = self.lanes, batch.driver, batch.outcomes
         batch.lane.last_job = None
         refusals: list[tuple[Attempt, BaseException]] = [(outcomes[0], refusal)]
-        if len(outcomes) > 1:
+        if len(outcomes) > 1 or lanes.fence is not None:
             refusals = await refused_alone(
                 driver,
                 outcomes,
                 lambda outcome: self.completion.write(driver, [outcome], lanes.db_now()),
             )
         self.stats.rolled_back += len(outcomes) - len(refusals)
+        if not refusals:
+            logger.warning(
+                "lane %d: its batch's write failed (%s), though no outcome alone is refused: "
+                "rolled back, its jobs run again",
+                batch.lane.number,
+                error_line(refusal),
+                extra={"action": "batch_rolled_back", "queue": lanes.queue},
+            )
         for outcome, why in refusals:
             failed = await fail_refused(
                 outcome,

@@ -16,10 +16,10 @@ The commit fence. A drainer whose lock connection is cut while its lanes' connec
 could otherwise commit jobs after a standby took the lock. So the active drainer also holds an
 *alive token* in its lock transaction (a lock of the queue's alive namespace, a random key of
 its own), and every lane checks ``sql.FENCE_CHECK`` before it commits, in the statement of
-the batch's outcome write (``sql.fenced``): take the queue's barrier lock shared, then see
-whether the token is still held; if not, the lane rolls back (``Fence.params``; ``holds``
-sends the check alone). A drainer that becomes active, before its first claim, waits until no other
-backend holds a token of the queue (the previous holder's lock transaction ended entirely)
+the batch's outcome write (``sql.fenced``, with ``Fence.params``): take the queue's barrier
+lock shared, then see whether the token is still held; if not, the lane rolls back. A
+drainer that becomes active, before its first claim, waits until no other backend holds a
+token of the queue (the previous holder's lock transaction ended entirely)
 and then takes the barrier exclusively for a moment (``_fence_up``): a lane of the old drainer
 that checked its token before that holds the barrier shared until it has committed or rolled
 back, and one that checks after finds its token gone. So no commit of a drainer that lost its
@@ -135,11 +135,6 @@ class Fence:
             "alive_namespace": self.alive_namespace,
             "token": self.token,
         }
-
-    async def holds(self, driver: pg.DriverConnection) -> bool:
-        """True while the drainer's lock transaction holds its token (then commit)."""
-        check = pg.AsyncpgStatement.of(sql.FENCE_CHECK, self.schema)
-        return not await driver.fetchval(check.sql, *check.args(**self.params))
 
 
 # The lock connection's keepalives unless a drainer is given others (None: the server's).

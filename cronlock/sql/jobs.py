@@ -484,8 +484,8 @@ JOB_COMPLETE_MANY = (
 # itself; this statement's generic plan is cached after five executions.
 # completed_at is clock_timestamp() in this statement, the last the transaction runs before
 # its COMMIT (in batch mode after every handler of the batch; an exclusive drainer's fence
-# check is in the same statement): the closest the database can record. A row cannot hold the time
-# of the commit that makes it visible (the commit comes after the row's last write, and
+# check is in the same statement): the closest the database can record. A row cannot hold
+# the time of the commit that makes it visible (the commit comes after the row's last write, and
 # PostgreSQL's own commit timestamps need track_commit_timestamp, off by default, and are
 # kept per transaction, not in the row); the worker's clock, which wrote it before, may be
 # off by any skew.

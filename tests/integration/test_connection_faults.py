@@ -293,12 +293,72 @@ async def test_a_lane_whose_fence_fails_commits_nothing(
     assert len(rows) == jobs
 
 
+async def test_a_fence_cancelled_at_the_barrier_costs_no_attempt(database: Database) -> None:
+    """The fence rides in the outcome's statement: an error of the fence's part (here its
+    wait at the barrier, cancelled) is no refusal of the outcome. The strict lane rolls back
+    and runs the job again, not charged (``max_retries=0``: a charged attempt fails it)."""
+    from cronlock.queue.lease import BARRIER_NAMESPACE, queue_lock_key
+    from cronlock.sql.tables import DEFAULT_QUEUE
+
+    app = cronlock.App()
+    app.use_database(str(database.url))
+    barrier_held = asyncio.Event()
+    runs: list[int] = []
+
+    @app.job("gated", max_retries=0)
+    async def gated(session: AsyncSession, payload: dict[str, Any]) -> None:
+        runs.append(len(runs))
+        await barrier_held.wait()  # the drainer is active: its own barrier pass is over
+
+    keys = {"a": BARRIER_NAMESPACE, "b": queue_lock_key(DEFAULT_QUEUE)}
+    waiting = text(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        " AND classid::bigint = :a AND objid::bigint = :b"
+    )
+    oids = {k: v & 0xFFFFFFFF for k, v in keys.items()}
+
+    async def lane_at_the_barrier() -> int | None:
+        async with database.connect() as conn:
+            return (await conn.execute(waiting, oids)).scalar()
+
+    try:
+        await app.enqueue("gated", {})
+        drain = asyncio.create_task(app.drainer(commit_mode="strict").drain())
+        await eventually(lambda: _ran(runs), timeout=30)
+        async with database.connect() as holder:
+            await holder.execute(text("SELECT pg_advisory_lock(:a, :b)"), keys)
+            await holder.commit()  # a session lock: it outlives the commit
+            barrier_held.set()
+            lane = await eventually(lane_at_the_barrier, timeout=30)
+            await holder.execute(text("SELECT pg_cancel_backend(:pid)"), {"pid": lane})
+            await holder.execute(text("SELECT pg_advisory_unlock(:a, :b)"), keys)
+            await holder.commit()
+        result = await asyncio.wait_for(drain, 30)
+    finally:
+        barrier_held.set()
+        await app.aclose()
+    assert result.error is None and result.stats["processed"] == 1
+    assert runs == [0, 1]  # ran again after the rollback
+    [row] = await job_rows(database)
+    assert (row["status"], row["retry_count"], row["error_history"]) == ("completed", 0, [])
+
+
+async def _ran(runs: list[int]) -> bool:
+    return bool(runs)
+
+
 async def test_the_fence_holds_a_new_drainer_back_until_old_commits_end(database: Database) -> None:
     """The protocol itself, step by step, on real connections: a lane of the first drainer
     that passed its fence holds the new drainer's first claim back until it commits; after
     that, the first drainer's fence fails (its token is gone with its lock transaction)."""
-    from cronlock import pg
-    from cronlock.queue.lease import Lease
+    from cronlock import pg, sql
+    from cronlock.queue.lease import Fence, Lease
+
+    async def holds(fence: Fence, lane: pg.DriverConnection) -> bool:
+        """FENCE_CHECK alone, as a lane's last write sends it (``sql.fenced``): True while
+        the drainer's lock transaction holds its token."""
+        check = pg.AsyncpgStatement.of(sql.FENCE_CHECK, database.schema)
+        return not await lane.fetchval(check.sql, *check.args(**fence.params))
 
     first = Lease(database, "q", keepalive=None, heartbeat_interval=1)
     second = Lease(database, "q", keepalive=None, heartbeat_interval=1)
@@ -309,7 +369,7 @@ async def test_the_fence_holds_a_new_drainer_back_until_old_commits_end(database
         assert await first.try_take()
         commit = lane.transaction()
         await commit.start()
-        assert await first.fence.holds(lane)  # alive: the lane may commit, barrier held shared
+        assert await holds(first.fence, lane)  # alive: the lane may commit, barrier held shared
         await second.connect()
         await second.begin()
         taking = asyncio.create_task(second.wait(asyncio.Event()))
@@ -323,9 +383,9 @@ async def test_the_fence_holds_a_new_drainer_back_until_old_commits_end(database
         assert await asyncio.wait_for(taking, 10)
         late = lane.transaction()
         await late.start()
-        assert not await first.fence.holds(lane)  # lost: this lane must roll back
+        assert not await holds(first.fence, lane)  # lost: this lane must roll back
         await late.rollback()
-        assert await second.fence.holds(lane)
+        assert await holds(second.fence, lane)
     finally:
         await lane.close()
         first.close()
